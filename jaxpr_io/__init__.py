@@ -1,0 +1,22 @@
+"""jaxpr_io: save, ship and reload traced JAX programs.
+
+    prog = jaxpr_io.trace(fn, *args, **kwargs)
+    jaxpr_io.save("model.jaxpr", prog)
+    prog = jaxpr_io.load("model.jaxpr")
+    prog(*args, **kwargs)          # works under jit, grad, vmap, jvp, ...
+
+The file format is specified by schema/jaxpr.proto.
+"""
+
+from jaxpr_io.errors import FormatError, JaxprIoError, UnsupportedError
+from jaxpr_io.program import Program, dumps, load, loads, save, trace
+from jaxpr_io.registry import (register_enum, register_named_tuple,
+                               register_param_codec, register_primitive)
+from jaxpr_io.version import FORMAT_VERSION, __version__
+
+__all__ = [
+    "FORMAT_VERSION", "FormatError", "JaxprIoError", "Program",
+    "UnsupportedError", "__version__", "dumps", "load", "loads",
+    "register_enum", "register_named_tuple", "register_param_codec",
+    "register_primitive", "save", "trace",
+]

@@ -1,0 +1,277 @@
+"""Everything that depends on the JAX release, in one place.
+
+jaxpr_io reads and builds JAX's internal objects (`Jaxpr`, `JaxprEqn`,
+`ShapedArray`, meshes, PRNG implementations, ...), whose homes and
+constructors move between JAX releases. This module is the only one that
+touches `jax._src`; a new JAX release means editing the tables and accessors
+here, not hunting through the code. The stable serialized names in the tables
+are part of the file format and MUST NOT change: when JAX renames a class or a
+primitive, keep the serialized name and point it at the new object (or add an
+entry to `PRIMITIVE_RENAMES`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import jax
+import jaxlib
+from jax._src import core
+from jax._src import effects as jax_effects
+from jax._src import literals
+from jax._src import mesh as mesh_lib
+from jax._src import named_sharding
+from jax._src import partition_spec
+from jax._src import source_info_util
+from jax._src import linear_util as lu
+from jax._src.export import _export as export_internal
+from jax._src.lax import convolution
+from jax._src.lax import fft as lax_fft
+from jax._src.lax import lax as lax_internal
+from jax._src.lax import slicing
+from jax._src.lax.control_flow import solves
+from jax._src.random import prng
+from jaxlib import _jax
+
+# The JAX releases this table was written for (pyproject.toml pins the same).
+SUPPORTED_JAX = ">=0.10.2,<0.11"
+JAX_VERSION = jax.__version__
+JAXLIB_VERSION = jaxlib.__version__
+
+# ---------------------------------------------------------------- core types
+Jaxpr = core.Jaxpr
+ClosedJaxpr = core.ClosedJaxpr
+JaxprEqn = core.JaxprEqn
+Var = core.Var
+DropVar = core.DropVar
+Literal = core.Literal
+Primitive = core.Primitive
+ShapedArray = core.ShapedArray
+AbstractToken = core.AbstractToken
+abstract_token = core.abstract_token
+DebugInfo = lu.DebugInfo
+MemorySpace = core.MemorySpace
+ManualAxisType = core.ManualAxisType
+empty_manual_axis_type = core.empty_mat
+check_jaxpr = core.check_jaxpr
+jaxpr_as_fun = core.jaxpr_as_fun
+no_effects = core.no_effects
+
+TypedInt = literals.TypedInt
+TypedFloat = literals.TypedFloat
+TypedComplex = literals.TypedComplex
+TypedNdArray = literals.TypedNdArray
+
+SourceInfo = source_info_util.SourceInfo
+NameStack = source_info_util.NameStack
+NameScope = source_info_util.Scope
+NameTransform = source_info_util.Transform
+
+AbstractMesh = mesh_lib.AbstractMesh
+AbstractDevice = mesh_lib.AbstractDevice
+Mesh = mesh_lib.Mesh
+AxisType = mesh_lib.AxisType
+empty_concrete_mesh = mesh_lib.empty_concrete_mesh
+NamedSharding = named_sharding.NamedSharding
+UnspecifiedValue = named_sharding.UnspecifiedValue
+UNSPECIFIED = named_sharding.UNSPECIFIED
+PartitionSpec = partition_spec.PartitionSpec
+UnconstrainedSingleton = type(PartitionSpec.UNCONSTRAINED)
+Device = _jax.Device
+
+PRNGImpl = prng.PRNGImpl
+prng_impls: dict[str, Any] = prng.prngs   # name -> PRNGImpl, JAX's registry
+
+
+def is_prng_key_dtype(dtype) -> bool:
+  return isinstance(dtype, prng.KeyTy)
+
+
+def prng_key_dtype(impl) -> Any:
+  return prng.KeyTy(impl)
+
+
+def key_impl_of(dtype) -> Any:
+  return dtype._impl
+
+
+def wrap_key_data(data, impl):
+  """A typed key array from its raw uint32 data (copies to the device)."""
+  return jax.random.wrap_key_data(data, impl=impl)
+
+
+def key_data(keys):
+  return jax.random.key_data(keys)
+
+
+def is_key_array(x) -> bool:
+  return isinstance(x, prng.PRNGKeyArray)
+
+
+def jax_array_types() -> tuple[type, ...]:
+  from jax._src import array  # pylint: disable=g-import-not-at-top
+  return (array.ArrayImpl,)
+
+
+def new_eqn_context(compute_type, threefry_partitionable, cur_abstract_mesh,
+                    remove_size_one_mesh_axis, xla_metadata):
+  """An interned `JaxprEqnContext` with exactly these fields."""
+  return core.JaxprEqnContext._create(  # pylint: disable=protected-access
+      compute_type, threefry_partitionable, cur_abstract_mesh,
+      remove_size_one_mesh_axis, xla_metadata)
+
+
+def new_jaxpr(constvars, invars, outvars, eqns, effects, debug_info, is_high):
+  return core.Jaxpr(constvars, invars, outvars, eqns, effects, debug_info,
+                    is_high)
+
+
+def new_eqn(invars, outvars, primitive, params, effects, source_info, ctx):
+  # The constructor, not `new_jaxpr_eqn`: effects are stored resolved.
+  return core.JaxprEqn(invars, outvars, primitive, params, effects,
+                       source_info, ctx)
+
+
+# ------------------------------------------------------------ pytree nodes
+# JAX's own pytree-node serialization registry, filled by
+# `jax.export.register_pytree_node_serialization`:
+#   type -> (serialized_name, serialize_auxdata)
+#   serialized_name -> (type, deserialize_auxdata, from_children)
+pytree_serialization_registry = export_internal.serialization_registry
+pytree_deserialization_registry = export_internal.deserialization_registry
+
+# ------------------------------------------------------------- primitives
+# Modules whose module-level `Primitive` objects form the built-in primitive
+# table. Scanning a fixed list (never a module named in a file) keeps loading
+# safe; a module missing from a JAX release is skipped.
+PRIMITIVE_MODULES = (
+    "jax._src.ad_checkpoint", "jax._src.ad_util", "jax._src.callback",
+    "jax._src.core", "jax._src.custom_batching",
+    "jax._src.custom_derivatives", "jax._src.custom_partitioning",
+    "jax._src.debugging", "jax._src.dispatch", "jax._src.export._export",
+    "jax._src.export.shape_poly", "jax._src.ffi", "jax._src.hijax",
+    "jax._src.interpreters.ad", "jax._src.interpreters.batching",
+    "jax._src.lax.ann", "jax._src.lax.control_flow.conditionals",
+    "jax._src.lax.control_flow.loops", "jax._src.lax.control_flow.solves",
+    "jax._src.lax.convolution", "jax._src.lax.eval_jaxpr",
+    "jax._src.lax.fft", "jax._src.lax.lax", "jax._src.lax.linalg",
+    "jax._src.lax.parallel", "jax._src.lax.scaled_dot",
+    "jax._src.lax.slicing", "jax._src.lax.special",
+    "jax._src.lax.windowed_reductions", "jax._src.pjit",
+    "jax._src.random.core", "jax._src.random.prng",
+    "jax._src.random.philox2x32", "jax._src.random.philox4x32",
+    "jax._src.random.threefry2x32", "jax._src.random.threefry4x32",
+    "jax._src.shard_map", "jax._src.state.discharge",
+    "jax._src.state.primitives", "jax._src.cudnn.fused_attention_stablehlo",
+    "jax._src.cudnn.scaled_matmul_stablehlo",
+)
+
+# Serialized primitive names written by older JAX releases -> today's name.
+PRIMITIVE_RENAMES = {
+    "pjit": "jit",
+}
+
+
+def builtin_primitives() -> dict[str, Any]:
+  """name -> Primitive for every primitive of the modules above."""
+  table: dict[str, Any] = {}
+  for module_name in PRIMITIVE_MODULES:
+    try:
+      module = importlib.import_module(module_name)
+    except ImportError:
+      continue
+    for value in vars(module).values():
+      if isinstance(value, core.Primitive):
+        other = table.setdefault(value.name, value)
+        if other is not value:
+          raise RuntimeError(
+              f"two JAX primitives are named {value.name!r} (one in "
+              f"{module_name}); add a rename to jaxpr_io.compat")
+  return table
+
+
+# Params whose values are Python callables that JAX can rebuild from the
+# equation's other params. The writer stores a `derived` marker and the
+# reader calls the rule: (primitive name, param name) -> rule(params).
+def _reduce_computation(params):
+  closed = params["jaxpr"]
+  fun = core.jaxpr_as_fun(closed)
+
+  def computation(x, y):
+    flat_x, _ = jax.tree_util.tree_flatten(x)
+    flat_y, tree = jax.tree_util.tree_flatten(y)
+    return jax.tree_util.tree_unflatten(tree, fun(*flat_x, *flat_y))
+  computation.__name__ = "reduce_computation_from_jaxpr"
+  return computation
+
+
+DERIVED_PARAMS: dict[tuple[str, str], Callable[[dict], Any]] = {
+    ("reduce", "computation"): _reduce_computation,
+}
+
+# ------------------------------------------------------------- enums
+# Stable serialized name -> enum class. A member is stored by its name.
+ENUMS: dict[str, type] = {
+    "jax.lax.Precision": lax_internal.Precision,
+    "jax.lax.RoundingMethod": lax_internal.RoundingMethod,
+    "jax.lax.RandomAlgorithm": lax_internal.RandomAlgorithm,
+    "jax.lax.DotAlgorithmPreset": lax_internal.DotAlgorithmPreset,
+    "jax.lax.FftType": lax_fft.FftType,
+    "jax.lax.GatherScatterMode": slicing.GatherScatterMode,
+    "jax.sharding.AxisType": mesh_lib.AxisType,
+    "jax.MemorySpace": core.MemorySpace,
+    "jaxlib.ArrayCopySemantics": _jax.ArrayCopySemantics,
+}
+
+# ------------------------------------------------------------- NamedTuples
+# Stable serialized name -> NamedTuple class, stored field by field in the
+# class's `_fields` order.
+NAMED_TUPLES: dict[str, type] = {
+    "jax.lax.GatherDimensionNumbers": slicing.GatherDimensionNumbers,
+    "jax.lax.ScatterDimensionNumbers": slicing.ScatterDimensionNumbers,
+    "jax.lax.ConvDimensionNumbers": convolution.ConvDimensionNumbers,
+    "jax.lax.LinearSolveTuple": solves._LinearSolveTuple,  # pylint: disable=protected-access
+}
+
+# ------------------------------------------------------------- effects
+# Effects that are singletons: stable name -> the instance.
+SINGLETON_EFFECTS: dict[str, Any] = {}
+for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
+                     ("jax.ordered_debug",
+                      "jax._src.debugging:ordered_debug_effect"),
+                     ("jax.io_callback.ordered",
+                      "jax._src.callback:_OrderedIOEffect"),
+                     ("jax.io_callback.unordered",
+                      "jax._src.callback:_UnorderedIOEffect"),
+                     ("jax.internal_mutable_array",
+                      "jax._src.core:internal_mutable_array_effect")):
+  _module_name, _attr = _path.split(":")
+  try:
+    _effect = getattr(importlib.import_module(_module_name), _attr)
+  except (ImportError, AttributeError):
+    continue
+  SINGLETON_EFFECTS[_name] = _effect
+
+# Effect classes with fields: stable name -> (class, to_fields, from_fields).
+NamedAxisEffect = core.NamedAxisEffect
+JaxprInputEffect = jax_effects.JaxprInputEffect
+
+
+def _state_effect_types() -> dict[str, type]:
+  try:
+    from jax._src.state import types as state_types  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return {}
+  return {"jax.state.ReadEffect": state_types.ReadEffect,
+          "jax.state.WriteEffect": state_types.WriteEffect,
+          "jax.state.AccumEffect": state_types.AccumEffect}
+
+
+# Effects tied to an input (`JaxprInputEffect`): stable name -> class.
+INPUT_EFFECTS: dict[str, type] = _state_effect_types()
+
+
+def weak_jax_array(x):
+  """`x` (a jax.Array) marked weakly typed, as JAX's tracer would."""
+  return lax_internal._convert_element_type(x, weak_type=True)  # pylint: disable=protected-access

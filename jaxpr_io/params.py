@@ -1,0 +1,391 @@
+"""Param values <-> `Value` messages: one codec pair per Python type.
+
+`ENCODERS` is keyed by the exact type of a value (`type(v)`, never an
+isinstance chain, so a `bool` is never stored as an `int` and a subclass
+never passes for its base). Enum and record types come from the registries in
+`jaxpr_io.registry`. Decoding dispatches on the `Value` oneof.
+
+The encoder side works against a writer `w` that interns table entries
+(`w.string`, `w.jaxpr`, `w.closed_jaxpr`, `w.array`, `w.primitive`); the
+decoder side against a reader `r` with the inverse lookups. Both live in
+jaxpr_io/writer.py and jaxpr_io/reader.py.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Callable
+
+import numpy as np
+
+from jaxpr_io import _proto as pb
+from jaxpr_io import compat
+from jaxpr_io import dtypes
+from jaxpr_io import records  # noqa: F401  (registers JAX's record codecs)
+from jaxpr_io import registry
+from jaxpr_io.errors import FormatError, UnsupportedError
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_MAX_BIG_INT_DIGITS = 4000
+# Records and tuples nest; deeper values are refused on both sides.
+MAX_VALUE_DEPTH = 64
+
+Encoder = Callable[[Any, Any, Any, int], None]
+
+
+def encode_none(w, v, out, depth):
+  del w, v, depth
+  out.none.SetInParent()
+
+
+def decode_none(r, msg, depth):
+  del r, msg, depth
+  return None
+
+
+def encode_bool(w, v, out, depth):
+  del w, depth
+  out.bool = v
+
+
+def decode_bool(r, msg, depth):
+  del r, depth
+  return msg.bool
+
+
+def encode_int(w, v, out, depth):
+  del w, depth
+  if _INT64_MIN <= v <= _INT64_MAX:
+    out.int = v
+  else:
+    out.big_int = str(v)
+
+
+def decode_int(r, msg, depth):
+  del r, depth
+  return msg.int
+
+
+def decode_big_int(r, msg, depth):
+  del r, depth
+  text = msg.big_int
+  if len(text) > _MAX_BIG_INT_DIGITS:
+    raise FormatError(f"integer param with {len(text)} digits is too long")
+  try:
+    return int(text, 10)
+  except ValueError:
+    raise FormatError(f"integer param {text[:40]!r} is not a decimal "
+                      "integer") from None
+
+
+def encode_float(w, v, out, depth):
+  del w, depth
+  out.float = v
+
+
+def decode_float(r, msg, depth):
+  del r, depth
+  return msg.float
+
+
+def encode_complex(w, v, out, depth):
+  del w, depth
+  out.complex.real = v.real
+  out.complex.imag = v.imag
+
+
+def decode_complex(r, msg, depth):
+  del r, depth
+  return complex(msg.complex.real, msg.complex.imag)
+
+
+def encode_str(w, v, out, depth):
+  del depth
+  out.str = w.string(v)
+
+
+def decode_str(r, msg, depth):
+  del depth
+  return r.string(msg.str)
+
+
+def _encode_items(w, items, out_tuple, depth):
+  for item in items:
+    encode_value(w, item, out_tuple.items.add(), depth + 1)
+
+
+def _decode_items(r, msg_tuple, depth):
+  return [decode_value(r, item, depth + 1) for item in msg_tuple.items]
+
+
+def encode_tuple(w, v, out, depth):
+  out.tuple.SetInParent()
+  _encode_items(w, v, out.tuple, depth)
+
+
+def decode_tuple(r, msg, depth):
+  return tuple(_decode_items(r, msg.tuple, depth))
+
+
+def encode_list(w, v, out, depth):
+  out.list.SetInParent()
+  _encode_items(w, v, out.list, depth)
+
+
+def decode_list(r, msg, depth):
+  return _decode_items(r, msg.list, depth)
+
+
+def encode_frozenset(w, v, out, depth):
+  # Set order is not stable across processes: sort elements by their
+  # encoding, which is deterministic.
+  encoded = []
+  for item in v:
+    item_msg = pb.Value()
+    encode_value(w, item, item_msg, depth + 1)
+    encoded.append(item_msg)
+  encoded.sort(key=lambda m: m.SerializeToString(deterministic=True))
+  out.frozenset.SetInParent()
+  out.frozenset.items.extend(encoded)
+
+
+def decode_frozenset(r, msg, depth):
+  try:
+    return frozenset(_decode_items(r, msg.frozenset, depth))
+  except TypeError as e:
+    raise FormatError(f"frozenset param holds an unhashable value: {e}") from None
+
+
+def encode_dict(w, v, out, depth):
+  out.dict.SetInParent()
+  for key, value in v.items():
+    encode_value(w, key, out.dict.keys.add(), depth + 1)
+    encode_value(w, value, out.dict.values.add(), depth + 1)
+
+
+def decode_dict(r, msg, depth):
+  keys = [decode_value(r, k, depth + 1) for k in msg.dict.keys]
+  values = [decode_value(r, v, depth + 1) for v in msg.dict.values]
+  if len(keys) != len(values):
+    raise FormatError(f"dict param has {len(keys)} keys but {len(values)} "
+                      "values")
+  try:
+    return dict(zip(keys, values))
+  except TypeError as e:
+    raise FormatError(f"dict param has an unhashable key: {e}") from None
+
+
+def encode_dtype(w, v, out, depth):
+  del depth
+  dtypes.encode_dtype(v, out.dtype, w.string)
+
+
+def decode_dtype(r, msg, depth):
+  del depth
+  return dtypes.decode_dtype(msg.dtype, r.string)
+
+
+_BUILTIN_TYPES = {t.__name__: t for t in (bool, int, float, complex)}
+
+
+def encode_type(w, v, out, depth):
+  del depth
+  if v in _BUILTIN_TYPES.values():
+    out.type.builtin = w.string(v.__name__)
+  elif isinstance(v, type) and issubclass(v, np.generic):
+    dtypes.encode_dtype(np.dtype(v), out.type.numpy_scalar, w.string)
+  else:
+    raise UnsupportedError(
+        f"type object {v!r} cannot be stored; only numpy scalar types and "
+        "bool/int/float/complex can")
+
+
+def decode_type(r, msg, depth):
+  del depth
+  if msg.type.HasField("numpy_scalar"):
+    return dtypes.decode_dtype(msg.type.numpy_scalar, r.string).type
+  name = r.string(msg.type.builtin)
+  if name not in _BUILTIN_TYPES:
+    raise FormatError(f"unknown builtin type {name!r} in a param")
+  return _BUILTIN_TYPES[name]
+
+
+def encode_numpy_array(w, v, out, depth):
+  del depth
+  out.array = w.array(v, pb.HostKind["NUMPY_ARRAY"])
+
+
+def encode_numpy_scalar(w, v, out, depth):
+  del depth
+  out.array = w.array(v, pb.HostKind["NUMPY_SCALAR"])
+
+
+def decode_array(r, msg, depth):
+  del depth
+  return r.array(msg.array)
+
+
+def encode_jaxpr(w, v, out, depth):
+  del depth
+  out.jaxpr = w.jaxpr(v)
+
+
+def decode_jaxpr(r, msg, depth):
+  del depth
+  return r.jaxpr(msg.jaxpr)
+
+
+def encode_closed_jaxpr(w, v, out, depth):
+  del depth
+  out.closed_jaxpr = w.closed_jaxpr(v)
+
+
+def decode_closed_jaxpr(r, msg, depth):
+  del depth
+  return r.closed_jaxpr(msg.closed_jaxpr)
+
+
+def encode_primitive(w, v, out, depth):
+  del depth
+  out.primitive = w.string(w.primitive(v))
+
+
+def decode_primitive(r, msg, depth):
+  del depth
+  return r.primitive(r.string(msg.primitive))
+
+
+def encode_enum(w, v, out, depth):
+  del depth
+  out.enum.type = w.string(registry.ENUMS.by_key[type(v)])
+  out.enum.member = w.string(v.name)
+
+
+def decode_enum(r, msg, depth):
+  del depth
+  type_name = r.string(msg.enum.type)
+  member = r.string(msg.enum.member)
+  enum_type = registry.ENUMS.by_name.get(type_name)
+  if enum_type is None:
+    raise FormatError(f"unknown enum type {type_name!r}; register it with "
+                      "jaxpr_io.register_enum before loading")
+  value = getattr(enum_type, member, None)
+  if type(value) is not enum_type:
+    raise FormatError(f"{type_name!r} has no member {member!r}")
+  return value
+
+
+def encode_record(w, v, out, depth):
+  codec = registry.RECORDS.by_name[registry.RECORDS.by_key[type(v)]]
+  out.record.type = w.string(codec.name)
+  fields = codec.to_fields(v)
+  for field in fields:
+    encode_value(w, field, out.record.fields.add(), depth + 1)
+
+
+def decode_record(r, msg, depth):
+  name = r.string(msg.record.type)
+  codec = registry.RECORDS.by_name.get(name)
+  if codec is None:
+    raise FormatError(f"unknown param record type {name!r}; register it "
+                      "with jaxpr_io.register_param_codec before loading")
+  fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields)
+  try:
+    return codec.from_fields(fields)
+  except FormatError:
+    raise
+  except (TypeError, ValueError) as e:
+    raise FormatError(f"record {name!r} with fields {fields!r} cannot be "
+                      f"rebuilt: {e}") from None
+
+
+# Exact type -> encoder. Types of dtypes and numpy scalars are filled in from
+# the dtype table below; enums and records are looked up in the registries.
+ENCODERS: dict[type, Encoder] = {
+    type(None): encode_none,
+    bool: encode_bool,
+    int: encode_int,
+    float: encode_float,
+    complex: encode_complex,
+    str: encode_str,
+    tuple: encode_tuple,
+    list: encode_list,
+    frozenset: encode_frozenset,
+    dict: encode_dict,
+    type: encode_type,
+    np.ndarray: encode_numpy_array,
+    compat.Jaxpr: encode_jaxpr,
+    compat.ClosedJaxpr: encode_closed_jaxpr,
+}
+for _dtype in dtypes.DTYPE_TO_ENUM:
+  ENCODERS[type(_dtype)] = encode_dtype
+  if _dtype.itemsize:  # not float0, whose scalar type is numpy.void
+    ENCODERS[_dtype.type] = encode_numpy_scalar
+ENCODERS[type(compat.prng_key_dtype(compat.prng_impls["threefry2x32"]))] = (
+    encode_dtype)
+for _prim_type in {type(p) for p in compat.builtin_primitives().values()}:
+  ENCODERS[_prim_type] = encode_primitive
+
+DECODERS: dict[str, Callable[[Any, Any, int], Any]] = {
+    "none": decode_none,
+    "bool": decode_bool,
+    "int": decode_int,
+    "big_int": decode_big_int,
+    "float": decode_float,
+    "complex": decode_complex,
+    "str": decode_str,
+    "tuple": decode_tuple,
+    "list": decode_list,
+    "frozenset": decode_frozenset,
+    "dict": decode_dict,
+    "dtype": decode_dtype,
+    "type": decode_type,
+    "array": decode_array,
+    "jaxpr": decode_jaxpr,
+    "closed_jaxpr": decode_closed_jaxpr,
+    "primitive": decode_primitive,
+    "enum": decode_enum,
+    "record": decode_record,
+}
+
+
+def _describe(v) -> str:
+  t = type(v)
+  return f"{t.__module__}.{t.__qualname__}"
+
+
+def encode_value(w, v, out, depth: int = 0) -> None:
+  """Fills the `Value` message `out` with `v`."""
+  if depth > MAX_VALUE_DEPTH:
+    raise UnsupportedError(f"param value nests deeper than {MAX_VALUE_DEPTH}")
+  t = type(v)
+  encoder = ENCODERS.get(t)
+  if encoder is None:
+    if t in registry.ENUMS.by_key:
+      encoder = encode_enum
+    elif t in registry.RECORDS.by_key:
+      encoder = encode_record
+    elif isinstance(v, compat.Primitive):
+      encoder = encode_primitive
+    else:
+      raise UnsupportedError(
+          f"a param value of type {_describe(v)} ({_short_repr(v)}) cannot be "
+          "stored; register a codec for it with "
+          "jaxpr_io.register_param_codec (or jaxpr_io.register_enum)")
+  encoder(w, v, out, depth)
+
+
+def decode_value(r, msg, depth: int = 0):
+  """The Python value of the `Value` message `msg`."""
+  if depth > MAX_VALUE_DEPTH:
+    raise FormatError(f"param value nests deeper than {MAX_VALUE_DEPTH}")
+  kind = msg.WhichOneof("kind")
+  decoder = DECODERS.get(kind)
+  if decoder is None:
+    raise FormatError(f"param value has no known kind ({kind!r})")
+  return decoder(r, msg, depth)
+
+
+def _short_repr(v) -> str:
+  text = builtins.repr(v)
+  return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,182 @@
+"""The program API: `Program`, `trace`, `dumps`/`loads`, `save`/`load`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import jax
+
+from jaxpr_io import compat
+from jaxpr_io import container
+from jaxpr_io import reader
+from jaxpr_io import writer
+from jaxpr_io.errors import FormatError, UnsupportedError
+
+
+class Program:
+  """A closed jaxpr with its pytree signature and metadata.
+
+  Calling a `Program` evaluates the jaxpr with JAX's own primitives, so
+  `jax.jit`, `jax.grad`, `jax.vmap`, `jax.jvp` and any other transformation
+  work on it as on the function it was traced from.
+
+  Attributes:
+    closed_jaxpr: the `jax.extend.core.ClosedJaxpr`.
+    in_tree: `PyTreeDef` of `(args, kwargs)`.
+    out_tree: `PyTreeDef` of the result.
+    metadata: `dict[str, str]`, saved with the program.
+    producer: for a loaded program, who wrote it (format version, jaxpr_io,
+      jax and jaxlib versions); empty for a traced one.
+  """
+
+  def __init__(self, closed_jaxpr, in_tree, out_tree,
+               metadata: dict[str, str] | None = None, *,
+               producer: dict[str, Any] | None = None,
+               _verify: Callable[[], None] | None = None):
+    self._closed_jaxpr = closed_jaxpr
+    self.in_tree = in_tree
+    self.out_tree = out_tree
+    self.metadata = dict(metadata or {})
+    self.producer = dict(producer or {})
+    self._verify = _verify
+    self._fun = None
+
+  @property
+  def closed_jaxpr(self):
+    """The program; for a loaded one, constant data checksums are verified
+    the first time this is read."""
+    if self._verify is not None:
+      self._verify()
+      self._verify = None
+    return self._closed_jaxpr
+
+  @property
+  def in_avals(self) -> list:
+    return list(self._closed_jaxpr.in_avals)
+
+  @property
+  def out_avals(self) -> list:
+    return list(self._closed_jaxpr.out_avals)
+
+  def __call__(self, *args, **kwargs):
+    flat, tree = jax.tree_util.tree_flatten((args, kwargs))
+    if tree != self.in_tree:
+      raise TypeError(
+          f"the program takes arguments of structure {self.in_tree}, but "
+          f"was called with {tree}")
+    closed = self.closed_jaxpr
+    if self._fun is None:
+      self._fun = compat.jaxpr_as_fun(closed)
+    out = self._fun(*flat)
+    return jax.tree_util.tree_unflatten(self.out_tree, out)
+
+  def __str__(self) -> str:
+    return str(self._closed_jaxpr)
+
+  def __repr__(self) -> str:
+    ins = ", ".join(a.str_short() for a in self.in_avals)
+    outs = ", ".join(a.str_short() for a in self.out_avals)
+    return (f"Program(({ins}) -> ({outs}), "
+            f"{len(self._closed_jaxpr.eqns)} equations)")
+
+
+def trace(fn: Callable, *args, **kwargs) -> Program:
+  """Traces `fn(*args, **kwargs)` into a `Program`.
+
+  Arguments may be arrays, `jax.ShapeDtypeStruct`s or pytrees of them; the
+  program's `in_tree` is the structure of `(args, kwargs)`.
+  """
+  closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
+  in_tree = jax.tree_util.tree_structure((args, kwargs))
+  out_tree = jax.tree_util.tree_structure(out_shape)
+  return Program(closed, in_tree, out_tree)
+
+
+def _flat_trees(closed):
+  in_tree = jax.tree_util.tree_structure(
+      (tuple(range(len(closed.jaxpr.invars))), {}))
+  out_tree = jax.tree_util.tree_structure(
+      list(range(len(closed.jaxpr.outvars))))
+  return in_tree, out_tree
+
+
+def _as_program(program) -> Program:
+  if isinstance(program, Program):
+    return program
+  if type(program) is compat.ClosedJaxpr:
+    return Program(program, *_flat_trees(program))
+  raise UnsupportedError(
+      f"expected a jaxpr_io.Program or a ClosedJaxpr, got "
+      f"{type(program).__name__}")
+
+
+def _serialize(program):
+  program = _as_program(program)
+  return writer.write(program._closed_jaxpr, program.in_tree,  # pylint: disable=protected-access
+                      program.out_tree, program.metadata)
+
+
+def dumps(program) -> bytes:
+  """The file bytes of a `Program` or a bare `ClosedJaxpr`. Deterministic:
+  the same program always gives the same bytes."""
+  return container.to_bytes(*_serialize(program))
+
+
+def save(path: str | os.PathLike, program) -> None:
+  """Writes `program` to `path` atomically (temporary file + rename)."""
+  container.write_file(path, *_serialize(program))
+
+
+def _from_container(data_container: container.Container, check: bool,
+                    lazy: bool) -> Program:
+  closed, in_tree, out_tree, msg, rd = reader.read(
+      data_container, verify_blobs=not lazy)
+  producer = {"format_version": msg.format_version,
+              "jaxpr_io_version": msg.producer.jaxpr_io_version,
+              "jax_version": msg.producer.jax_version,
+              "jaxlib_version": msg.producer.jaxlib_version}
+  metadata = {}
+  for kv in msg.metadata:
+    if kv.key in metadata:
+      raise FormatError(f"{data_container.source}: metadata key "
+                        f"{kv.key!r} appears twice")
+    metadata[kv.key] = kv.value
+  verify = rd.verify_pending_blobs if rd.pending_blobs else None
+  program = Program(closed, in_tree, out_tree, metadata, producer=producer,
+                    _verify=verify)
+  if check:
+    program.closed_jaxpr  # pylint: disable=pointless-statement
+    try:
+      compat.check_jaxpr(closed.jaxpr)
+    except TypeError as e:  # JaxprTypeError is a TypeError
+      raise FormatError(f"{data_container.source}: the program does not "
+                        f"type-check: {e}") from None
+  return program
+
+
+def loads(data: bytes, *, check: bool = False) -> Program:
+  """Rebuilds a `Program` from bytes written by `dumps`.
+
+  Trust model: `data` is untrusted. Loading never unpickles, evaluates or
+  imports anything named in it; everything it names is looked up in this
+  process's registries, and every reference is validated (see
+  jaxpr_io/reader.py). Corrupt or unknown input raises `FormatError`.
+  Constants are views of `data`, not copies. With `check=True`, JAX's type
+  checker also runs over the program.
+  """
+  if not isinstance(data, (bytes, bytearray, memoryview)):
+    raise TypeError(f"loads expects bytes, got {type(data).__name__}")
+  return _from_container(container.Container(bytes(data)), check, lazy=True)
+
+
+def load(path: str | os.PathLike, *, check: bool = False) -> Program:
+  """Loads a `Program` from a file written by `save`.
+
+  The file is mapped, not read: constants are read-only views of the mapping,
+  paged in when first used, and their checksums are verified the first time
+  `closed_jaxpr` is read or the program is called. The file must not be
+  modified in place while the program is alive (replacing it, as `save`
+  does, is safe). Same trust model as `loads`.
+  """
+  return _from_container(container.map_file(path), check, lazy=True)

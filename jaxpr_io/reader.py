@@ -1,0 +1,453 @@
+"""File bytes -> ClosedJaxpr + signature, validated while it is rebuilt.
+
+Trust model: the reader treats the file as untrusted data. It never unpickles,
+evaluates or imports anything the file names; primitives, enum and record
+types, pytree nodes and PRNG implementations are looked up in registries of
+the loading process. Every table reference is range-checked, every variable
+reference must name a variable bound earlier in the same jaxpr, sub-jaxprs
+may only refer to sub-jaxprs before them (so there are no cycles and nesting
+is bounded), and array data must have exactly the bytes its type declares.
+Any violation raises `FormatError` naming the place. Building the program
+does not call JAX's abstract evaluation; `check=True` additionally runs JAX's
+type checker over the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from jaxpr_io import _proto as pb
+from jaxpr_io import compat
+from jaxpr_io import container
+from jaxpr_io import dtypes
+from jaxpr_io import params
+from jaxpr_io import pytrees
+from jaxpr_io import registry
+from jaxpr_io import validate
+from jaxpr_io.errors import FormatError, JaxprIoError
+from jaxpr_io.writer import MAX_JAXPR_DEPTH
+
+_KIND_NAMES = {v: k for k, v in pb.HostKind.items()}
+_MEMORY_SPACES = {
+    pb.MemorySpace["MEMORY_SPACE_DEVICE"]: compat.MemorySpace.Device,
+    pb.MemorySpace["MEMORY_SPACE_HOST"]: compat.MemorySpace.Host,
+    pb.MemorySpace["MEMORY_SPACE_ANY"]: compat.MemorySpace.Any,
+}
+_MAX_RANK = 64
+_MAX_DIM = 1 << 62
+_TYPED_SCALARS = {"int": compat.TypedInt, "float": compat.TypedFloat,
+                  "complex": compat.TypedComplex}
+_PYTHON_SCALARS = {"bool": bool, "int": int, "big_int": int,
+                   "float": float, "complex": complex}
+
+
+def parse_program(data: bytes, source: str):
+  message = pb.Program()
+  try:
+    message.ParseFromString(data)
+  except DecodeError as e:
+    raise FormatError(f"{source}: the program message does not parse: "
+                      f"{e}") from None
+  return message
+
+
+class Reader:
+  """Rebuilds the objects of one `Program` message."""
+
+  def __init__(self, msg, blobs: container.Container, *, verify_blobs: bool):
+    self.msg = msg
+    self.container = blobs
+    self.source = blobs.source
+    self.verify_blobs = verify_blobs
+    self.pending_blobs: set[int] = set()
+    self.strings = list(msg.strings)
+    self._avals: list[Any] = [None] * len(msg.avals)
+    self._arrays: list[Any] = [None] * len(msg.arrays)
+    self._array_done = [False] * len(msg.arrays)
+    self._contexts: list[Any] = [None] * len(msg.eqn_contexts)
+    self._name_stacks: list[Any] = [None] * len(msg.name_stacks)
+    self.jaxprs: list[Any] = []
+    self._depths: list[int] = []
+    self._closed: list[Any] = [None] * len(msg.closed_jaxprs)
+    self._closed_depth: list[int] = [0] * len(msg.closed_jaxprs)
+    self._where: list[str] = []
+    self._depth = 0   # nesting depth of the jaxpr being built
+
+  # ------------------------------------------------------------ helpers
+  def fail(self, text: str):
+    where = ", ".join(self._where)
+    return FormatError(f"{self.source}: {where + ': ' if where else ''}{text}")
+
+  def _index(self, i: int, table_len: int, what: str) -> int:
+    if not 0 <= i < table_len:
+      raise self.fail(f"{what} index {i} is out of range (the table has "
+                      f"{table_len} entries)")
+    return i
+
+  def string(self, i: int) -> str:
+    return self.strings[self._index(i, len(self.strings), "string")]
+
+  def primitive(self, name: str):
+    prim = registry.PRIMITIVES.lookup(name)
+    if prim is None:
+      raise self.fail(
+          f"unknown primitive {name!r}: it is not a primitive of this JAX "
+          f"({compat.JAX_VERSION}) and was not registered with "
+          "jaxpr_io.register_primitive; register it before loading")
+    return prim
+
+  # ------------------------------------------------------------ avals
+  def aval(self, i: int):
+    aval = self._avals[self._index(i, len(self._avals), "aval")]
+    if aval is None:
+      aval = self._avals[i] = self._decode_aval(self.msg.avals[i])
+    return aval
+
+  def _decode_aval(self, m):
+    kind = m.WhichOneof("kind")
+    if kind == "token":
+      return compat.abstract_token
+    if kind != "shaped_array":
+      raise self.fail(f"aval of unknown kind {kind!r}")
+    sa = m.shaped_array
+    if len(sa.shape) > _MAX_RANK:
+      raise self.fail(f"aval of rank {len(sa.shape)} is over {_MAX_RANK}")
+    shape = []
+    for d in sa.shape:
+      if d.WhichOneof("kind") != "size" or not 0 <= d.size <= _MAX_DIM:
+        raise self.fail(f"aval dimension {d} is not a valid size")
+      shape.append(d.size)
+    dtype = dtypes.decode_dtype(sa.dtype, self.string)
+    memory_space = _MEMORY_SPACES.get(sa.memory_space)
+    if memory_space is None:
+      raise self.fail(f"unknown memory space {sa.memory_space}")
+    kwargs = {"memory_space": memory_space}
+    if sa.HasField("sharding"):
+      kwargs["sharding"] = params.decode_value(self, sa.sharding)
+    if sa.HasField("manual_axis_type"):
+      kwargs["manual_axis_type"] = params.decode_value(self,
+                                                       sa.manual_axis_type)
+    try:
+      return compat.ShapedArray(tuple(shape), dtype, sa.weak_type, **kwargs)
+    except (TypeError, ValueError, AssertionError) as e:
+      raise self.fail(f"aval cannot be rebuilt: {e}") from None
+
+  # ------------------------------------------------------------ arrays
+  def array(self, i: int):
+    self._index(i, len(self._arrays), "array")
+    if not self._array_done[i]:
+      self._where.append(f"array {i}")
+      try:
+        self._arrays[i] = self._decode_array(self.msg.arrays[i])
+      finally:
+        self._where.pop()
+      self._array_done[i] = True
+    return self._arrays[i]
+
+  def _decode_array(self, m):
+    aval = self.aval(m.aval)
+    kind = m.kind
+    if type(aval) is not compat.ShapedArray:
+      raise self.fail("an array value needs a ShapedArray type")
+    which = m.WhichOneof("data")
+    if which == "python_value":
+      return self._python_scalar(kind, m.python_value, aval)
+    if compat.is_prng_key_dtype(aval.dtype):
+      impl = compat.key_impl_of(aval.dtype)
+      data_dtype = np.dtype(np.uint32)
+      shape = tuple(aval.shape) + tuple(impl.key_shape)
+    else:
+      data_dtype = aval.dtype
+      shape = tuple(aval.shape)
+    nbytes = data_dtype.itemsize
+    for d in shape:
+      nbytes *= d
+    if which == "inline":
+      raw = m.inline
+    elif which == "blob":
+      raw = self._blob(m.blob)
+    else:
+      raise self.fail("array has no data")
+    if len(raw) != nbytes:
+      raise self.fail(f"array of type {aval.str_short()} needs {nbytes} "
+                      f"bytes but has {len(raw)}")
+    data = np.frombuffer(raw, dtype=data_dtype).reshape(shape)
+    if compat.is_prng_key_dtype(aval.dtype):
+      return compat.wrap_key_data(data, compat.key_impl_of(aval.dtype))
+    if kind == pb.HostKind["TYPED_NDARRAY"]:
+      return compat.TypedNdArray(data, aval)
+    if kind == pb.HostKind["NUMPY_ARRAY"]:
+      return data
+    if kind == pb.HostKind["NUMPY_SCALAR"]:
+      if shape:
+        raise self.fail("a numpy scalar must have shape ()")
+      return data[()]
+    if kind == pb.HostKind["JAX_ARRAY"]:
+      import jax  # pylint: disable=g-import-not-at-top
+      value = jax.device_put(data)
+      return compat.weak_jax_array(value) if aval.weak_type else value
+    raise self.fail(f"host kind {_KIND_NAMES.get(kind, kind)} does not fit "
+                    "array data")
+
+  def _python_scalar(self, kind, value_msg, aval):
+    which = value_msg.WhichOneof("kind")
+    value = params.decode_value(self, value_msg)
+    if aval.shape:
+      raise self.fail("a scalar value needs a rank-0 type")
+    if kind == pb.HostKind["TYPED_SCALAR"] and which in _TYPED_SCALARS:
+      return _TYPED_SCALARS[which](value, aval.dtype)
+    if kind == pb.HostKind["PYTHON_SCALAR"] and which in _PYTHON_SCALARS:
+      return value
+    raise self.fail(f"host kind {_KIND_NAMES.get(kind, kind)} cannot hold a "
+                    f"{which} value")
+
+  def _blob(self, i: int) -> memoryview:
+    blob = self.msg.blobs[self._index(i, len(self.msg.blobs), "blob")]
+    if self.verify_blobs:
+      checksum = blob.crc32
+    else:
+      checksum = None
+      self.pending_blobs.add(i)
+    return self.container.blob(blob.offset, blob.length, checksum,
+                               ", ".join(self._where) or "blob")
+
+  def verify_pending_blobs(self) -> None:
+    """Checks the checksums of blobs read without checking."""
+    for i in sorted(self.pending_blobs):
+      blob = self.msg.blobs[i]
+      self.container.blob(blob.offset, blob.length, blob.crc32, f"blob {i}")
+    self.pending_blobs.clear()
+
+  # --------------------------------------------------- contexts, names
+  def eqn_context(self, i: int):
+    ctx = self._contexts[self._index(i, len(self._contexts), "eqn context")]
+    if ctx is None:
+      m = self.msg.eqn_contexts[i]
+      compute_type = (None if m.compute_type == 0
+                      else self.string(m.compute_type - 1))
+      mesh = params.decode_value(self, m.cur_abstract_mesh)
+      if type(mesh) is not compat.AbstractMesh:
+        raise self.fail("an equation context's mesh is not an AbstractMesh")
+      xla_metadata = (params.decode_value(self, m.xla_metadata)
+                      if m.HasField("xla_metadata") else None)
+      if xla_metadata is not None:
+        try:
+          xla_metadata = dict(xla_metadata)
+        except (TypeError, ValueError):
+          raise self.fail("xla_metadata is not a tuple of pairs") from None
+      ctx = self._contexts[i] = compat.new_eqn_context(
+          compute_type, m.threefry_partitionable, mesh,
+          m.remove_size_one_mesh_axis,
+          None if xla_metadata is None else tuple(sorted(xla_metadata.items())))
+    return ctx
+
+  def name_stack(self, i: int):
+    stack = self._name_stacks[self._index(i, len(self._name_stacks),
+                                          "name stack")]
+    if stack is None:
+      entries = []
+      for e in self.msg.name_stacks[i].entries:
+        if e.kind == pb.NameStackKind["SCOPE"]:
+          entries.append(compat.NameScope(self.string(e.name)))
+        elif e.kind == pb.NameStackKind["TRANSFORM"]:
+          entries.append(compat.NameTransform(self.string(e.name)))
+        else:
+          raise self.fail(f"unknown name stack entry kind {e.kind}")
+      stack = self._name_stacks[i] = compat.NameStack(tuple(entries))
+    return stack
+
+  # ------------------------------------------------------------ jaxprs
+  def jaxpr(self, i: int):
+    """A jaxpr referenced from the jaxpr being built: it must come before."""
+    if not 0 <= i < len(self.jaxprs):
+      raise self.fail(
+          f"jaxpr index {i} does not refer to an earlier jaxpr (only "
+          f"{len(self.jaxprs)} are built); sub-jaxprs must precede their "
+          "users")
+    self._depth = max(self._depth, self._depths[i] + 1)
+    return self.jaxprs[i]
+
+  def closed_jaxpr(self, i: int):
+    self._index(i, len(self._closed), "closed jaxpr")
+    if self._closed[i] is None:
+      m = self.msg.closed_jaxprs[i]
+      self._where.append(f"closed jaxpr {i}")
+      try:
+        jaxpr = self.jaxpr(m.jaxpr)
+        self._closed_depth[i] = self._depths[m.jaxpr]
+        if len(m.consts) != len(jaxpr.constvars):
+          raise self.fail(f"{len(m.consts)} constants for "
+                          f"{len(jaxpr.constvars)} constvars")
+        consts = []
+        for var, c in zip(jaxpr.constvars, m.consts):
+          value = self.array(c)
+          aval = self.aval(self.msg.arrays[c].aval)
+          if aval != var.aval:
+            raise self.fail(f"constant of type {aval.str_short()} for a "
+                            f"constvar of type {var.aval.str_short()}")
+          consts.append(value)
+      finally:
+        self._where.pop()
+      self._closed[i] = compat.ClosedJaxpr(jaxpr, consts)
+    else:
+      self._depth = max(self._depth, self._closed_depth[i] + 1)
+    return self._closed[i]
+
+  def build_jaxprs(self) -> None:
+    for i, m in enumerate(self.msg.jaxprs):
+      self._where.append(f"jaxpr {i}")
+      self._depth = 1
+      try:
+        self.jaxprs.append(_JaxprDecoder(self, m).decode())
+      finally:
+        self._where.pop()
+      if self._depth > MAX_JAXPR_DEPTH:
+        raise self.fail(f"jaxpr {i} nests {self._depth} levels deep, over "
+                        f"the limit of {MAX_JAXPR_DEPTH}")
+      self._depths.append(self._depth)
+
+  def effect(self, m, env):
+    name = self.string(m.name)
+    singleton = compat.SINGLETON_EFFECTS.get(name)
+    if singleton is not None:
+      return singleton
+    payload = (params.decode_value(self, m.payload)
+               if m.HasField("payload") else None)
+    if name == "jax.NamedAxisEffect":
+      return compat.NamedAxisEffect(payload)
+    cls = compat.INPUT_EFFECTS.get(name)
+    if cls is not None:
+      if (type(payload) is tuple and len(payload) == 2
+          and type(payload[1]) is int):
+        if payload[0] == "position":
+          return cls(payload[1])
+        if payload[0] == "var" and 0 <= payload[1] < len(env):
+          return cls(env[payload[1]])
+      raise self.fail(f"effect {name!r} has a bad payload {payload!r}")
+    raise self.fail(f"unknown effect {name!r}")
+
+
+class _JaxprDecoder:
+  """Rebuilds one jaxpr, binding variables in order and checking uses."""
+
+  def __init__(self, reader: Reader, msg):
+    self.r = reader
+    self.msg = msg
+    self.env: list[Any] = []
+
+  def bind(self, aval_index: int, cls=compat.Var):
+    var = cls(self.r.aval(aval_index))
+    self.env.append(var)
+    return var
+
+  def atom(self, ref: int):
+    r = self.r
+    if ref >= 0:
+      if ref >= len(self.env):
+        raise r.fail(f"variable {ref} is used before it is bound (only "
+                     f"{len(self.env)} are bound here)")
+      var = self.env[ref]
+      if type(var) is compat.DropVar:
+        raise r.fail(f"variable {ref} is a dropped output and cannot be used")
+      return var
+    index = -1 - ref
+    value = r.array(index)
+    return compat.Literal(value, r.aval(r.msg.arrays[index].aval))
+
+  def effects(self, messages):
+    if not messages:
+      return compat.no_effects
+    return {self.r.effect(m, self.env) for m in messages}
+
+  def decode(self):
+    r, m = self.r, self.msg
+    constvars = [self.bind(a) for a in m.constvars]
+    invars = [self.bind(a) for a in m.invars]
+    eqns = []
+    for i, e in enumerate(m.eqns):
+      r._where.append(f"equation {i}")  # pylint: disable=protected-access
+      try:
+        eqns.append(self.equation(e))
+      finally:
+        r._where.pop()  # pylint: disable=protected-access
+    outvars = [self.atom(a) for a in m.outvars]
+    effects = self.effects(m.effects)
+    info = m.debug_info
+    debug_info = compat.DebugInfo(
+        r.string(info.traced_for), r.string(info.func_src_info),
+        tuple(r.string(s) for s in info.arg_names)
+        if info.has_arg_names else None,
+        tuple(r.string(s) for s in info.result_paths)
+        if info.has_result_paths else None)
+    return compat.new_jaxpr(constvars, invars, outvars, eqns, effects,
+                            debug_info, m.is_high)
+
+  def equation(self, e):
+    r = self.r
+    name = r.string(e.primitive)
+    r._where[-1] += f" ({name})"  # pylint: disable=protected-access
+    prim = r.primitive(name)
+    invars = [self.atom(a) for a in e.invars]
+    dropped = set(e.dropped)
+    if len(dropped) != len(e.dropped) or any(
+        not 0 <= p < len(e.outvars) for p in dropped):
+      raise r.fail("the dropped-output positions are out of range or repeat")
+    outvars = [self.bind(a, compat.DropVar if p in dropped else compat.Var)
+               for p, a in enumerate(e.outvars)]
+    values: dict[str, Any] = {}
+    derived = []
+    for p in e.params:
+      key = r.string(p.name)
+      if key in values:
+        raise r.fail(f"param {key!r} appears twice")
+      if p.value.WhichOneof("kind") == "derived":
+        if (name, key) not in compat.DERIVED_PARAMS:
+          raise r.fail(f"param {key!r} of {name!r} cannot be derived")
+        derived.append(key)
+        values[key] = None
+        continue
+      r._where.append(f"param {key!r}")  # pylint: disable=protected-access
+      try:
+        values[key] = params.decode_value(r, p.value)
+      finally:
+        r._where.pop()  # pylint: disable=protected-access
+    for key in derived:
+      values[key] = compat.DERIVED_PARAMS[(name, key)](values)
+    validate.check_equation(name, prim, len(invars), len(outvars), values,
+                            ", ".join(r._where))  # pylint: disable=protected-access
+    source_info = compat.SourceInfo(None, r.name_stack(e.name_stack))
+    return compat.new_eqn(invars, outvars, prim, values,
+                          self.effects(e.effects), source_info,
+                          r.eqn_context(e.ctx))
+
+
+def read(data_container: container.Container, *, verify_blobs: bool):
+  """(closed jaxpr, in_tree, out_tree, message, reader) of a container."""
+  msg = parse_program(data_container.program, data_container.source)
+  if msg.format_version != data_container.format_version:
+    raise FormatError(
+        f"{data_container.source}: the header says format version "
+        f"{data_container.format_version} but the program message says "
+        f"{msg.format_version}")
+  reader = Reader(msg, data_container, verify_blobs=verify_blobs)
+  try:
+    reader.build_jaxprs()
+    closed = reader.closed_jaxpr(msg.root)
+    in_tree = pytrees.decode_treedef(reader, msg.in_tree)
+    out_tree = pytrees.decode_treedef(reader, msg.out_tree)
+  except JaxprIoError:
+    raise
+  except RecursionError:
+    raise FormatError(f"{reader.source}: the program nests too deeply") from None
+  if in_tree.num_leaves != len(closed.jaxpr.invars):
+    raise FormatError(
+        f"{reader.source}: the input signature has {in_tree.num_leaves} "
+        f"leaves but the program takes {len(closed.jaxpr.invars)} inputs")
+  if out_tree.num_leaves != len(closed.jaxpr.outvars):
+    raise FormatError(
+        f"{reader.source}: the output signature has {out_tree.num_leaves} "
+        f"leaves but the program returns {len(closed.jaxpr.outvars)} outputs")
+  return closed, in_tree, out_tree, msg, reader

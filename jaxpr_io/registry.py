@@ -1,0 +1,142 @@
+"""Explicit registries: primitives, enum types and record types.
+
+Each registry maps a stable serialized name to a Python object and back. The
+names are part of the file format: they MUST stay the same across releases.
+Registering a name or an object twice is an error that names the earlier
+registration, as `jax.export.register_pytree_node_serialization` does.
+
+JAX's own primitives, enums and NamedTuples are registered from the tables in
+`jaxpr_io.compat`; users register their own with the `register_*` functions,
+before `dumps`/`loads`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Generic, Hashable, TypeVar
+
+from jaxpr_io import compat
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Registry(Generic[K]):
+  """A two-way map between stable names and keys, refusing duplicates."""
+
+  def __init__(self, what: str):
+    self.what = what
+    self.by_name: dict[str, Any] = {}
+    self.by_key: dict[K, str] = {}
+
+  def add(self, key: K, name: str, entry: Any) -> None:
+    if not isinstance(name, str) or not name:
+      raise ValueError(f"a {self.what} needs a non-empty string name, got "
+                       f"{name!r}")
+    if key in self.by_key:
+      raise ValueError(
+          f"{self.what} {key!r} is already registered under the name "
+          f"{self.by_key[key]!r}")
+    if name in self.by_name:
+      raise ValueError(
+          f"the {self.what} name {name!r} is already registered for "
+          f"{self.by_name[name]!r}")
+    self.by_key[key] = name
+    self.by_name[name] = entry
+
+
+# ------------------------------------------------------------- primitives
+class _Primitives:
+  """Primitive name <-> `Primitive`, keyed by object identity.
+
+  Built lazily: JAX's modules are scanned on the first dump, load or
+  registration.
+  """
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._registry: Registry[int] | None = None
+
+  def _table(self) -> Registry[int]:
+    with self._lock:
+      if self._registry is None:
+        registry: Registry[int] = Registry("primitive")
+        for name, prim in compat.builtin_primitives().items():
+          registry.add(id(prim), name, prim)
+        self._registry = registry
+    return self._registry
+
+  def register(self, primitive, name: str) -> None:
+    self._table().add(id(primitive), name, primitive)
+
+  def name_of(self, primitive) -> str | None:
+    return self._table().by_key.get(id(primitive))
+
+  def lookup(self, name: str):
+    name = compat.PRIMITIVE_RENAMES.get(name, name)
+    return self._table().by_name.get(name)
+
+
+PRIMITIVES = _Primitives()
+
+
+def register_primitive(primitive, *, name: str | None = None) -> None:
+  """Makes a user-defined `Primitive` storable, under a stable name.
+
+  The name defaults to `primitive.name`. The loading process MUST register
+  the same primitive under the same name before loading a file that uses it
+  (as with custom ops in other formats); loading never imports code.
+  """
+  if not isinstance(primitive, compat.Primitive):
+    raise TypeError(f"expected a jax Primitive, got {type(primitive)}")
+  PRIMITIVES.register(primitive, primitive.name if name is None else name)
+
+
+# ------------------------------------------------------ enums and records
+class RecordCodec:
+  """How one record type maps to a tuple of field values and back."""
+
+  __slots__ = ("cls", "name", "to_fields", "from_fields")
+
+  def __init__(self, cls: type, name: str,
+               to_fields: Callable[[Any], tuple],
+               from_fields: Callable[[tuple], Any]):
+    self.cls = cls
+    self.name = name
+    self.to_fields = to_fields
+    self.from_fields = from_fields
+
+  def __repr__(self):
+    return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+
+ENUMS: Registry[type] = Registry("enum type")
+RECORDS: Registry[type] = Registry("param record type")
+
+
+def register_enum(enum_type: type, *, name: str) -> None:
+  """Makes members of `enum_type` storable as params, by member name."""
+  ENUMS.add(enum_type, name, enum_type)
+
+
+def register_param_codec(cls: type, *, name: str,
+                         encode: Callable[[Any], tuple],
+                         decode: Callable[[tuple], Any]) -> None:
+  """Makes instances of exactly `cls` storable as params.
+
+  `encode(value)` returns a tuple of storable values (ints, strings, tuples,
+  dtypes, other registered types, ...); `decode(fields)` rebuilds the value.
+  Lookup is by exact type: a subclass needs its own registration.
+  """
+  RECORDS.add(cls, name, RecordCodec(cls, name, encode, decode))
+
+
+def register_named_tuple(cls: type, *, name: str) -> None:
+  """Registers a NamedTuple class field by field."""
+  register_param_codec(cls, name=name, encode=tuple,
+                       decode=lambda fields: cls(*fields))
+
+
+for _name, _enum in compat.ENUMS.items():
+  register_enum(_enum, name=_name)
+for _name, _cls in compat.NAMED_TUPLES.items():
+  register_named_tuple(_cls, name=_name)

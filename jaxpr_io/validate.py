@@ -1,0 +1,98 @@
+"""Structural checks on equations that hold sub-jaxprs, without abstract eval.
+
+The reader guarantees by construction that every variable is bound once and
+before use (see "Variables" in schema/jaxpr.proto). This module adds arity
+checks: an equation's input and output counts must match the sub-jaxprs it
+calls, so a corrupt file cannot produce a jaxpr that crashes JAX later with
+an unrelated error. Full type checking is `load(..., check=True)`, which runs
+JAX's own `check_jaxpr`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from jaxpr_io import compat
+from jaxpr_io.errors import FormatError
+
+
+def _n_in(j) -> int:
+  return len(j.jaxpr.invars if type(j) is compat.ClosedJaxpr else j.invars)
+
+
+def _n_out(j) -> int:
+  return len(j.jaxpr.outvars if type(j) is compat.ClosedJaxpr else j.outvars)
+
+
+def _call(param: str, n_in_extra: int = 0):
+  """Primitives that call `params[param]` on all their inputs."""
+  def check(n_in, n_out, params):
+    body = params.get(param)
+    if type(body) not in (compat.Jaxpr, compat.ClosedJaxpr):
+      return f"param {param!r} is not a jaxpr"
+    if n_in != _n_in(body) + n_in_extra or n_out != _n_out(body):
+      return (f"has {n_in} inputs and {n_out} outputs but its {param!r} "
+              f"takes {_n_in(body)} and returns {_n_out(body)}")
+    return None
+  return check
+
+
+def _cond(n_in, n_out, params):
+  branches = params.get("branches")
+  if type(branches) is not tuple or not branches:
+    return "param 'branches' is not a non-empty tuple of jaxprs"
+  for i, branch in enumerate(branches):
+    if type(branch) is not compat.ClosedJaxpr:
+      return f"branch {i} is not a closed jaxpr"
+    if n_in != _n_in(branch) + 1 or n_out != _n_out(branch):
+      return (f"has {n_in} inputs (index included) and {n_out} outputs but "
+              f"branch {i} takes {_n_in(branch)} and returns "
+              f"{_n_out(branch)}")
+  return None
+
+
+def _while(n_in, n_out, params):
+  body, cond = params.get("body_jaxpr"), params.get("cond_jaxpr")
+  body_nconsts, cond_nconsts = (params.get("body_nconsts"),
+                                params.get("cond_nconsts"))
+  if (type(body) is not compat.ClosedJaxpr
+      or type(cond) is not compat.ClosedJaxpr
+      or type(body_nconsts) is not int or type(cond_nconsts) is not int):
+    return "params body_jaxpr/cond_jaxpr/body_nconsts/cond_nconsts are wrong"
+  n_carry = n_in - body_nconsts - cond_nconsts
+  if (n_carry < 0 or n_out != n_carry or _n_out(body) != n_carry
+      or _n_in(body) != body_nconsts + n_carry
+      or _n_in(cond) != cond_nconsts + n_carry or _n_out(cond) != 1):
+    return (f"has {n_in} inputs and {n_out} outputs, which do not fit its "
+            f"body ({_n_in(body)} -> {_n_out(body)}) and cond "
+            f"({_n_in(cond)} -> {_n_out(cond)}) with {body_nconsts} and "
+            f"{cond_nconsts} constants")
+  return None
+
+
+ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
+    "jit": _call("jaxpr"),
+    "pjit": _call("jaxpr"),
+    "closed_call": _call("call_jaxpr"),
+    "core_call": _call("call_jaxpr"),
+    "checkpoint": _call("jaxpr"),
+    "remat": _call("jaxpr"),
+    "scan": _call("jaxpr"),
+    "custom_jvp_call": _call("call_jaxpr"),
+    "custom_vjp_call": _call("call_jaxpr"),
+    "cond": _cond,
+    "while": _while,
+}
+
+
+def check_equation(name: str, primitive: Any, n_in: int, n_out: int,
+                   params: dict, where: str) -> None:
+  """Raises FormatError if the equation's shape of inputs/outputs is wrong."""
+  if not primitive.multiple_results and n_out != 1:
+    raise FormatError(f"{where}: primitive {name!r} has one result, but the "
+                      f"equation binds {n_out}")
+  rule = ARITY_RULES.get(name)
+  if rule is not None:
+    problem = rule(n_in, n_out, params)
+    if problem:
+      raise FormatError(f"{where}: {name} {problem}")

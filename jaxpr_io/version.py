@@ -1,0 +1,27 @@
+"""Versions: the package version and the one format version.
+
+The format version is an integer that every file carries in its header and in
+`Program.format_version`. It changes whenever the schema (schema/jaxpr.proto)
+or the meaning of any field changes; tests/test_schema_version.py fails when
+the schema changes without a bump here. A reader reads every version from
+`OLDEST_READABLE_FORMAT_VERSION` to `FORMAT_VERSION` and refuses newer ones.
+
+Changelog (newest last):
+  * 2026-11-22, version 1: the first format. Header, Program message with
+    string/aval/array/blob/jaxpr tables, params as typed Values, pytree
+    signatures, an aligned data section with CRC-32 per blob.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+FORMAT_VERSION = 1
+OLDEST_READABLE_FORMAT_VERSION = 1
+
+# SHA-256 of the compiled schema descriptor (jaxpr_io/_proto/jaxpr.desc) that
+# each format version was released with. A schema change without a new entry
+# here fails tests/test_schema_version.py.
+SCHEMA_FINGERPRINTS = {
+    1: "",
+}

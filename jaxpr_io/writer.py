@@ -1,0 +1,448 @@
+"""ClosedJaxpr + signature -> file bytes.
+
+The writer walks the program depth-first and fills the tables of the
+`Program` message in first-use order (strings, avals, arrays, blobs, eqn
+contexts, name stacks, jaxprs, closed jaxprs), so the same program always
+gives the same bytes. Sub-jaxprs are stored once per object: a jaxpr used by
+many equations is written once and referenced by index, and the reader
+rebuilds the same sharing (which JAX's printer shows as `let` bindings).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jaxpr_io import _proto as pb
+from jaxpr_io import compat
+from jaxpr_io import container
+from jaxpr_io import dtypes
+from jaxpr_io import params
+from jaxpr_io import pytrees
+from jaxpr_io import registry
+from jaxpr_io import version
+from jaxpr_io.errors import UnsupportedError
+
+# Arrays of at most this many bytes are stored inside the message.
+INLINE_LIMIT = 64
+MAX_JAXPR_DEPTH = 200
+
+_KIND = pb.HostKind
+_NUMPY_ARRAY = _KIND["NUMPY_ARRAY"]
+_NUMPY_SCALAR = _KIND["NUMPY_SCALAR"]
+_TYPED_NDARRAY = _KIND["TYPED_NDARRAY"]
+_TYPED_SCALAR = _KIND["TYPED_SCALAR"]
+_PYTHON_SCALAR = _KIND["PYTHON_SCALAR"]
+_JAX_ARRAY = _KIND["JAX_ARRAY"]
+
+_MEMORY_SPACES = {
+    compat.MemorySpace.Device: pb.MemorySpace["MEMORY_SPACE_DEVICE"],
+    compat.MemorySpace.Host: pb.MemorySpace["MEMORY_SPACE_HOST"],
+    compat.MemorySpace.Any: pb.MemorySpace["MEMORY_SPACE_ANY"],
+}
+_DEFAULT_SHARDINGS: dict[int, Any] = {}
+# JAX's typed scalars hold a Python value; that value is what is stored.
+_PYTHON_VALUE = {compat.TypedInt: int, compat.TypedFloat: float,
+                 compat.TypedComplex: complex}
+
+
+def _same(value):
+  return value
+
+
+def _host_kind(value) -> int:
+  """The `HostKind` of a literal's value."""
+  t = type(value)
+  if t in (compat.TypedInt, compat.TypedFloat, compat.TypedComplex):
+    return _TYPED_SCALAR
+  if t is compat.TypedNdArray:
+    return _TYPED_NDARRAY
+  if t in (bool, int, float, complex):
+    return _PYTHON_SCALAR
+  if t is np.ndarray:
+    return _NUMPY_ARRAY
+  if isinstance(value, np.generic):
+    return _NUMPY_SCALAR
+  if t in compat.jax_array_types():
+    return _JAX_ARRAY
+  raise UnsupportedError(
+      f"a literal of type {t.__module__}.{t.__qualname__} cannot be stored")
+
+
+def _array_bytes(value, aval) -> np.ndarray:
+  """C-ordered little-endian data of `value`, checked against `aval`."""
+  if compat.is_prng_key_dtype(aval.dtype):
+    impl = compat.key_impl_of(aval.dtype)
+    data = np.asarray(compat.key_data(value))
+    expected = tuple(aval.shape) + tuple(impl.key_shape)
+  else:
+    data = np.asarray(value)
+    if data.dtype != aval.dtype:
+      data = data.astype(aval.dtype)
+    expected = tuple(aval.shape)
+  if data.shape != expected:
+    raise UnsupportedError(
+        f"array value of shape {data.shape} does not match its type "
+        f"{aval.str_short()}")
+  if data.dtype.byteorder == ">":
+    data = data.astype(data.dtype.newbyteorder("<"))
+  return np.ascontiguousarray(data)
+
+
+class Writer:
+  """Builds one `Program` message and its data section."""
+
+  def __init__(self):
+    self.msg = pb.Program()
+    self.layout = container.DataLayout()
+    self._strings: dict[str, int] = {}
+    self._avals: dict[Any, int] = {}
+    self._arrays: dict[Any, int] = {}
+    self._blobs: dict[tuple[int, int], list[int]] = {}
+    self._blob_data: list[np.ndarray] = []
+    self._jaxprs: dict[int, int] = {}   # id(jaxpr) -> index
+    self._closed: dict[int, int] = {}   # id(closed jaxpr) -> index
+    self._depth = 0                     # jaxprs being encoded, nested
+    self._contexts: dict[int, int] = {}
+    self._name_stacks: dict[Any, int] = {}
+    self._keepalive: list[Any] = []  # objects whose id() is a table key
+    self._where: list[str] = []      # location, for error messages
+
+  # ------------------------------------------------------------ tables
+  def string(self, s: str) -> int:
+    index = self._strings.get(s)
+    if index is None:
+      if type(s) is not str:
+        raise UnsupportedError(f"expected a string, got {type(s).__name__}")
+      index = self._strings[s] = len(self.msg.strings)
+      self.msg.strings.append(s)
+    return index
+
+  def primitive(self, prim) -> str:
+    name = registry.PRIMITIVES.name_of(prim)
+    if name is None:
+      raise UnsupportedError(
+          f"primitive {prim.name!r} is not a JAX primitive this jaxpr_io "
+          "knows; register it with jaxpr_io.register_primitive(p, name=...) "
+          "in both the writing and the loading process")
+    return name
+
+  def aval(self, aval) -> int:
+    index = self._avals.get(aval)
+    if index is None:
+      message = pb.Aval()
+      self._encode_aval(aval, message)
+      index = self._avals[aval] = len(self.msg.avals)
+      self.msg.avals.append(message)
+    return index
+
+  def _encode_aval(self, aval, out) -> None:
+    t = type(aval)
+    if t is compat.AbstractToken:
+      out.token.SetInParent()
+      return
+    if t is not compat.ShapedArray:
+      raise UnsupportedError(
+          f"abstract value {aval} of type {t.__name__} cannot be stored "
+          "(ShapedArray and AbstractToken can)")
+    sa = out.shaped_array
+    for d in aval.shape:
+      if type(d) is not int:
+        raise UnsupportedError(
+            f"dimension {d!r} of {aval.str_short()} is symbolic; symbolic "
+            "shapes are not supported by this format version")
+      sa.shape.add().size = d
+    dtypes.encode_dtype(aval.dtype, sa.dtype, self.string)
+    sa.weak_type = aval.weak_type
+    if aval.sharding != self._default_sharding(len(aval.shape)):
+      params.encode_value(self, aval.sharding, sa.sharding)
+    if not aval.manual_axis_type.empty:
+      params.encode_value(self, aval.manual_axis_type, sa.manual_axis_type)
+    sa.memory_space = _MEMORY_SPACES[aval.memory_space]
+
+  @staticmethod
+  def _default_sharding(ndim: int):
+    sharding = _DEFAULT_SHARDINGS.get(ndim)
+    if sharding is None:
+      sharding = _DEFAULT_SHARDINGS[ndim] = compat.ShapedArray(
+          (1,) * ndim, np.float32).sharding
+    return sharding
+
+  def array(self, value, kind: int, aval=None) -> int:
+    """Index of `value` in the arrays table (dedup by content)."""
+    if aval is None:
+      aval = compat.ShapedArray(np.shape(value), np.result_type(value))
+    aval_index = self.aval(aval)
+    if kind in (_TYPED_SCALAR, _PYTHON_SCALAR):
+      scalar = pb.Value()
+      params.encode_value(self, _PYTHON_VALUE.get(type(value), _same)(value),
+                          scalar)
+      key = (aval_index, kind, scalar.SerializeToString())
+      index = self._arrays.get(key)
+      if index is None:
+        index = self._arrays[key] = len(self.msg.arrays)
+        message = self.msg.arrays.add(aval=aval_index, kind=kind)
+        message.python_value.CopyFrom(scalar)
+      return index
+    data = _array_bytes(value, aval)
+    if data.nbytes <= INLINE_LIMIT:
+      raw = data.tobytes()
+      key = (aval_index, kind, raw)
+      index = self._arrays.get(key)
+      if index is None:
+        index = self._arrays[key] = len(self.msg.arrays)
+        self.msg.arrays.add(aval=aval_index, kind=kind, inline=raw)
+      return index
+    blob = self._blob(data)
+    key = (aval_index, kind, "blob", blob)
+    index = self._arrays.get(key)
+    if index is None:
+      index = self._arrays[key] = len(self.msg.arrays)
+      self.msg.arrays.add(aval=aval_index, kind=kind, blob=blob)
+    return index
+
+  def _blob(self, data: np.ndarray) -> int:
+    view = memoryview(data).cast("B")
+    checksum = container.crc32(view)
+    candidates = self._blobs.setdefault((data.nbytes, checksum), [])
+    for index in candidates:
+      if memoryview(self._blob_data[index]).cast("B") == view:
+        return index
+    index = len(self.msg.blobs)
+    offset = self.layout.add(view)
+    self.msg.blobs.add(offset=offset, length=data.nbytes, crc32=checksum)
+    self._blob_data.append(data)
+    candidates.append(index)
+    return index
+
+  def eqn_context(self, ctx) -> int:
+    index = self._contexts.get(id(ctx))
+    if index is None:
+      message = pb.EqnContext()
+      if ctx.compute_type is not None:
+        message.compute_type = self.string(ctx.compute_type) + 1
+      message.threefry_partitionable = ctx.threefry_partitionable
+      params.encode_value(self, ctx.cur_abstract_mesh,
+                          message.cur_abstract_mesh)
+      message.remove_size_one_mesh_axis = ctx.remove_size_one_mesh_axis
+      if ctx.xla_metadata is not None:
+        params.encode_value(self, tuple(sorted(ctx.xla_metadata.items())),
+                            message.xla_metadata)
+      self._keepalive.append(ctx)
+      index = self._contexts[id(ctx)] = len(self.msg.eqn_contexts)
+      self.msg.eqn_contexts.append(message)
+    return index
+
+  def name_stack(self, name_stack) -> int:
+    index = self._name_stacks.get(name_stack)
+    if index is None:
+      message = pb.NameStack()
+      for entry in name_stack.stack:
+        if type(entry) is compat.NameScope:
+          kind = pb.NameStackKind["SCOPE"]
+        elif type(entry) is compat.NameTransform:
+          kind = pb.NameStackKind["TRANSFORM"]
+        else:
+          raise UnsupportedError(f"unknown name stack entry {entry!r}")
+        message.entries.add(kind=kind, name=self.string(entry.name))
+      index = self._name_stacks[name_stack] = len(self.msg.name_stacks)
+      self.msg.name_stacks.append(message)
+    return index
+
+  # ------------------------------------------------------------ jaxprs
+  def closed_jaxpr(self, closed) -> int:
+    index = self._closed.get(id(closed))
+    if index is None:
+      jaxpr_index = self.jaxpr(closed.jaxpr)
+      message = pb.ClosedJaxpr(jaxpr=jaxpr_index)
+      for i, (var, const) in enumerate(zip(closed.jaxpr.constvars,
+                                           closed.consts)):
+        self._where.append(f"constant {i}")
+        try:
+          message.consts.append(self.array(const, _TYPED_NDARRAY, var.aval))
+        finally:
+          self._where.pop()
+      self._keepalive.append(closed)
+      index = self._closed[id(closed)] = len(self.msg.closed_jaxprs)
+      self.msg.closed_jaxprs.append(message)
+    return index
+
+  def jaxpr(self, jaxpr) -> int:
+    index = self._jaxprs.get(id(jaxpr))
+    if index is None:
+      if self._depth >= MAX_JAXPR_DEPTH:
+        raise UnsupportedError(
+            f"{self.location()}: jaxprs nest deeper than {MAX_JAXPR_DEPTH} "
+            "levels")
+      self._depth += 1
+      try:
+        message = _JaxprEncoder(self, jaxpr).encode()
+      finally:
+        self._depth -= 1
+      self._keepalive.append(jaxpr)
+      index = self._jaxprs[id(jaxpr)] = len(self.msg.jaxprs)
+      self.msg.jaxprs.append(message)
+    return index
+
+  def location(self) -> str:
+    return " > ".join(self._where)
+
+  # ------------------------------------------------------------ program
+  def program(self, closed, in_tree, out_tree,
+              metadata: dict[str, str]) -> None:
+    msg = self.msg
+    msg.format_version = version.FORMAT_VERSION
+    msg.producer.jaxpr_io_version = version.__version__
+    msg.producer.jax_version = compat.JAX_VERSION
+    msg.producer.jaxlib_version = compat.JAXLIB_VERSION
+    for key, value in metadata.items():
+      if type(key) is not str or type(value) is not str:
+        raise UnsupportedError(
+            f"metadata must map str to str; got {key!r}: {value!r}")
+      msg.metadata.add(key=key, value=value)
+    msg.root = self.closed_jaxpr(closed)
+    pytrees.encode_treedef(self, in_tree, msg.in_tree)
+    pytrees.encode_treedef(self, out_tree, msg.out_tree)
+
+
+class _JaxprEncoder:
+  """Encodes one jaxpr: numbers its binders and encodes its equations."""
+
+  def __init__(self, writer: Writer, jaxpr):
+    self.w = writer
+    self.jaxpr = jaxpr
+    self.env: dict[Any, int] = {}
+
+  def bind(self, var) -> None:
+    if var.initial_qdd is not None or var.final_qdd is not None:
+      raise UnsupportedError(
+          "variables with quasi-dynamic data (mutable hijax types) cannot "
+          "be stored")
+    if var in self.env:
+      raise UnsupportedError(
+          f"{self.w.location()}: a variable is bound twice; the jaxpr is "
+          "malformed")
+    self.env[var] = len(self.env)
+
+  def atom(self, atom) -> int:
+    if type(atom) is compat.Literal:
+      return -1 - self.w.array(atom.val, _host_kind(atom.val), atom.aval)
+    number = self.env.get(atom)
+    if number is None or type(atom) is compat.DropVar:
+      raise UnsupportedError(
+          f"{self.w.location()}: a variable is used before it is bound; the "
+          "jaxpr is malformed (check it with jax.core.check_jaxpr)")
+    return number
+
+  def effect(self, effect, out) -> None:
+    w = self.w
+    name = _SINGLETON_EFFECT_NAMES.get(id(effect))
+    if name is not None:
+      out.name = w.string(name)
+      return
+    t = type(effect)
+    if t is compat.NamedAxisEffect:
+      out.name = w.string("jax.NamedAxisEffect")
+      params.encode_value(w, effect.name, out.payload)
+      return
+    name = _INPUT_EFFECT_NAMES.get(t)
+    if name is not None:
+      out.name = w.string(name)
+      if isinstance(effect.input, int):
+        params.encode_value(w, ("position", effect.input), out.payload)
+      else:
+        params.encode_value(w, ("var", self.atom(effect.input)), out.payload)
+      return
+    raise UnsupportedError(
+        f"{w.location()}: effect {effect!r} of type {t.__name__} cannot be "
+        "stored")
+
+  def effects(self, effects, out) -> None:
+    messages = []
+    for effect in effects:
+      message = pb.Effect()
+      self.effect(effect, message)
+      messages.append(message)
+    # Effects are sets: store them in a canonical order.
+    messages.sort(key=lambda m: m.SerializeToString(deterministic=True))
+    out.extend(messages)
+
+  def encode(self):
+    w, jaxpr = self.w, self.jaxpr
+    message = pb.Jaxpr()
+    for v in jaxpr.constvars:
+      self.bind(v)
+      message.constvars.append(w.aval(v.aval))
+    for v in jaxpr.invars:
+      self.bind(v)
+      message.invars.append(w.aval(v.aval))
+    for i, eqn in enumerate(jaxpr.eqns):
+      w._where.append(f"equation {i} ({eqn.primitive.name})")  # pylint: disable=protected-access
+      try:
+        self.equation(eqn, message.eqns.add())
+      finally:
+        w._where.pop()  # pylint: disable=protected-access
+    message.outvars.extend(self.atom(a) for a in jaxpr.outvars)
+    self.effects(jaxpr.effects, message.effects)
+    self.debug_info(jaxpr.debug_info, message.debug_info)
+    message.is_high = jaxpr.is_high
+    return message
+
+  def equation(self, eqn, out) -> None:
+    w = self.w
+    name = w.primitive(eqn.primitive)
+    out.primitive = w.string(name)
+    out.invars.extend(self.atom(a) for a in eqn.invars)
+    for position, v in enumerate(eqn.outvars):
+      out.outvars.append(w.aval(v.aval))
+      if type(v) is compat.DropVar:
+        out.dropped.append(position)
+        self.env[object()] = len(self.env)  # numbers a slot nobody can use
+      else:
+        self.bind(v)
+    for key, value in eqn.params.items():
+      param = out.params.add(name=w.string(key))
+      if (name, key) in compat.DERIVED_PARAMS:
+        param.value.derived.SetInParent()
+        continue
+      w._where.append(f"param {key!r}")  # pylint: disable=protected-access
+      try:
+        params.encode_value(w, value, param.value)
+      except UnsupportedError as e:
+        if e.args and str(e.args[0]).startswith(w.location()):
+          raise
+        raise UnsupportedError(f"{w.location()}: {e}") from None
+      finally:
+        w._where.pop()  # pylint: disable=protected-access
+    self.effects(eqn.effects, out.effects)
+    out.ctx = w.eqn_context(eqn.ctx)
+    out.name_stack = w.name_stack(eqn.source_info.name_stack)
+
+  def debug_info(self, info, out) -> None:
+    w = self.w
+    out.traced_for = w.string(info.traced_for)
+    out.func_src_info = w.string(info.func_src_info)
+    if info.arg_names is not None:
+      out.has_arg_names = True
+      out.arg_names.extend(w.string(n) for n in info.arg_names)
+    paths = info.result_paths
+    if paths is not None:
+      if not isinstance(paths, tuple):
+        paths = tuple(paths())
+      out.has_result_paths = True
+      out.result_paths.extend(w.string(p) for p in paths)
+
+
+_SINGLETON_EFFECT_NAMES = {id(e): n for n, e in compat.SINGLETON_EFFECTS.items()}
+_INPUT_EFFECT_NAMES = {cls: n for n, cls in compat.INPUT_EFFECTS.items()}
+
+
+def write(closed, in_tree, out_tree, metadata: dict[str, str]):
+  """(program message bytes, data layout) of a closed jaxpr."""
+  if type(closed) is not compat.ClosedJaxpr:
+    raise UnsupportedError(
+        f"expected a jax ClosedJaxpr, got {type(closed).__name__}")
+  writer = Writer()
+  writer.program(closed, in_tree, out_tree, metadata)
+  return writer.msg.SerializeToString(deterministic=True), writer.layout
