@@ -115,8 +115,10 @@ def _local_devices(platform: str | None, ids: tuple[int, ...]) -> list:
 def encode_mesh(mesh) -> tuple:
   """Fields: (axis_sizes, axis_names, axis_types, platform | None,
   device_ids: tuple[int] in the mesh's row-major device order)."""
+  if not mesh.axis_names:  # the empty mesh has no devices
+    return ((), (), (), None, ())
   devices = mesh.devices.reshape(-1)
-  platform = devices[0].platform if devices.size else None
+  platform = devices[0].platform
   return (tuple(mesh.axis_sizes), tuple(mesh.axis_names),
           tuple(mesh.axis_types), platform, tuple(d.id for d in devices))
 
