@@ -27,7 +27,7 @@ from jaxpr_io import params
 from jaxpr_io import pytrees
 from jaxpr_io import registry
 from jaxpr_io import validate
-from jaxpr_io.errors import FormatError, JaxprIoError
+from jaxpr_io.errors import FormatError
 from jaxpr_io.writer import MAX_JAXPR_DEPTH
 
 _KIND_NAMES = {v: k for k, v in pb.HostKind.items()}
@@ -73,30 +73,38 @@ class Reader:
     self._depths: list[int] = []
     self._closed: list[Any] = [None] * len(msg.closed_jaxprs)
     self._closed_depth: list[int] = [0] * len(msg.closed_jaxprs)
-    self._where: list[str] = []
+    self._primitives: dict[str, Any] = {}
+    self._source_infos: dict[int, Any] = {}
     self._depth = 0   # nesting depth of the jaxpr being built
 
   # ------------------------------------------------------------ helpers
-  def fail(self, text: str):
-    where = ", ".join(self._where)
-    return FormatError(f"{self.source}: {where + ': ' if where else ''}{text}")
-
-  def _index(self, i: int, table_len: int, what: str) -> int:
+  # Errors are raised without a location; the loops that walk the tables
+  # prefix their position ("jaxpr 2, equation 7 (gather), param 'mode'")
+  # as the error passes up, and `read` prefixes the file name.
+  @staticmethod
+  def _index(i: int, table_len: int, what: str) -> int:
     if not 0 <= i < table_len:
-      raise self.fail(f"{what} index {i} is out of range (the table has "
-                      f"{table_len} entries)")
+      raise FormatError(f"{what} index {i} is out of range (the table has "
+                        f"{table_len} entries)")
     return i
 
   def string(self, i: int) -> str:
-    return self.strings[self._index(i, len(self.strings), "string")]
+    try:
+      return self.strings[i]  # indices are uint32: never negative
+    except IndexError:
+      raise FormatError(f"string index {i} is out of range (the table has "
+                        f"{len(self.strings)} entries)") from None
 
   def primitive(self, name: str):
-    prim = registry.PRIMITIVES.lookup(name)
+    prim = self._primitives.get(name)
     if prim is None:
-      raise self.fail(
-          f"unknown primitive {name!r}: it is not a primitive of this JAX "
-          f"({compat.JAX_VERSION}) and was not registered with "
-          "jaxpr_io.register_primitive; register it before loading")
+      prim = registry.PRIMITIVES.lookup(name)
+      if prim is None:
+        raise FormatError(
+            f"unknown primitive {name!r}: it is not a primitive of this JAX "
+            f"({compat.JAX_VERSION}) and was not registered with "
+            "jaxpr_io.register_primitive; register it before loading")
+      self._primitives[name] = prim
     return prim
 
   # ------------------------------------------------------------ avals
@@ -111,19 +119,19 @@ class Reader:
     if kind == "token":
       return compat.abstract_token
     if kind != "shaped_array":
-      raise self.fail(f"aval of unknown kind {kind!r}")
+      raise FormatError(f"aval of unknown kind {kind!r}")
     sa = m.shaped_array
     if len(sa.shape) > _MAX_RANK:
-      raise self.fail(f"aval of rank {len(sa.shape)} is over {_MAX_RANK}")
+      raise FormatError(f"aval of rank {len(sa.shape)} is over {_MAX_RANK}")
     shape = []
     for d in sa.shape:
       if d.WhichOneof("kind") != "size" or not 0 <= d.size <= _MAX_DIM:
-        raise self.fail(f"aval dimension {d} is not a valid size")
+        raise FormatError(f"aval dimension {d} is not a valid size")
       shape.append(d.size)
     dtype = dtypes.decode_dtype(sa.dtype, self.string)
     memory_space = _MEMORY_SPACES.get(sa.memory_space)
     if memory_space is None:
-      raise self.fail(f"unknown memory space {sa.memory_space}")
+      raise FormatError(f"unknown memory space {sa.memory_space}")
     kwargs = {"memory_space": memory_space}
     if sa.HasField("sharding"):
       kwargs["sharding"] = params.decode_value(self, sa.sharding)
@@ -133,17 +141,16 @@ class Reader:
     try:
       return compat.ShapedArray(tuple(shape), dtype, sa.weak_type, **kwargs)
     except (TypeError, ValueError, AssertionError) as e:
-      raise self.fail(f"aval cannot be rebuilt: {e}") from None
+      raise FormatError(f"aval cannot be rebuilt: {e}") from None
 
   # ------------------------------------------------------------ arrays
   def array(self, i: int):
     self._index(i, len(self._arrays), "array")
     if not self._array_done[i]:
-      self._where.append(f"array {i}")
       try:
         self._arrays[i] = self._decode_array(self.msg.arrays[i])
-      finally:
-        self._where.pop()
+      except FormatError as e:
+        raise FormatError(f"array {i}: {e}") from None
       self._array_done[i] = True
     return self._arrays[i]
 
@@ -151,7 +158,7 @@ class Reader:
     aval = self.aval(m.aval)
     kind = m.kind
     if type(aval) is not compat.ShapedArray:
-      raise self.fail("an array value needs a ShapedArray type")
+      raise FormatError("an array value needs a ShapedArray type")
     which = m.WhichOneof("data")
     if which == "python_value":
       return self._python_scalar(kind, m.python_value, aval)
@@ -170,9 +177,9 @@ class Reader:
     elif which == "blob":
       raw = self._blob(m.blob)
     else:
-      raise self.fail("array has no data")
+      raise FormatError("array has no data")
     if len(raw) != nbytes:
-      raise self.fail(f"array of type {aval.str_short()} needs {nbytes} "
+      raise FormatError(f"array of type {aval.str_short()} needs {nbytes} "
                       f"bytes but has {len(raw)}")
     data = np.frombuffer(raw, dtype=data_dtype).reshape(shape)
     if compat.is_prng_key_dtype(aval.dtype):
@@ -183,25 +190,25 @@ class Reader:
       return data
     if kind == pb.HostKind["NUMPY_SCALAR"]:
       if shape:
-        raise self.fail("a numpy scalar must have shape ()")
+        raise FormatError("a numpy scalar must have shape ()")
       return data[()]
     if kind == pb.HostKind["JAX_ARRAY"]:
       import jax  # pylint: disable=g-import-not-at-top
       value = jax.device_put(data)
       return compat.weak_jax_array(value) if aval.weak_type else value
-    raise self.fail(f"host kind {_KIND_NAMES.get(kind, kind)} does not fit "
+    raise FormatError(f"host kind {_KIND_NAMES.get(kind, kind)} does not fit "
                     "array data")
 
   def _python_scalar(self, kind, value_msg, aval):
     which = value_msg.WhichOneof("kind")
     value = params.decode_value(self, value_msg)
     if aval.shape:
-      raise self.fail("a scalar value needs a rank-0 type")
+      raise FormatError("a scalar value needs a rank-0 type")
     if kind == pb.HostKind["TYPED_SCALAR"] and which in _TYPED_SCALARS:
       return _TYPED_SCALARS[which](value, aval.dtype)
     if kind == pb.HostKind["PYTHON_SCALAR"] and which in _PYTHON_SCALARS:
       return value
-    raise self.fail(f"host kind {_KIND_NAMES.get(kind, kind)} cannot hold a "
+    raise FormatError(f"host kind {_KIND_NAMES.get(kind, kind)} cannot hold a "
                     f"{which} value")
 
   def _blob(self, i: int) -> memoryview:
@@ -212,7 +219,7 @@ class Reader:
       checksum = None
       self.pending_blobs.add(i)
     return self.container.blob(blob.offset, blob.length, checksum,
-                               ", ".join(self._where) or "blob")
+                               f"blob {i}")
 
   def verify_pending_blobs(self) -> None:
     """Checks the checksums of blobs read without checking."""
@@ -230,14 +237,14 @@ class Reader:
                       else self.string(m.compute_type - 1))
       mesh = params.decode_value(self, m.cur_abstract_mesh)
       if type(mesh) is not compat.AbstractMesh:
-        raise self.fail("an equation context's mesh is not an AbstractMesh")
+        raise FormatError("an equation context's mesh is not an AbstractMesh")
       xla_metadata = (params.decode_value(self, m.xla_metadata)
                       if m.HasField("xla_metadata") else None)
       if xla_metadata is not None:
         try:
           xla_metadata = dict(xla_metadata)
         except (TypeError, ValueError):
-          raise self.fail("xla_metadata is not a tuple of pairs") from None
+          raise FormatError("xla_metadata is not a tuple of pairs") from None
       ctx = self._contexts[i] = compat.new_eqn_context(
           compute_type, m.threefry_partitionable, mesh,
           m.remove_size_one_mesh_axis,
@@ -255,15 +262,23 @@ class Reader:
         elif e.kind == pb.NameStackKind["TRANSFORM"]:
           entries.append(compat.NameTransform(self.string(e.name)))
         else:
-          raise self.fail(f"unknown name stack entry kind {e.kind}")
+          raise FormatError(f"unknown name stack entry kind {e.kind}")
       stack = self._name_stacks[i] = compat.NameStack(tuple(entries))
     return stack
+
+  def source_info(self, i: int):
+    """Shared `SourceInfo` (no traceback) per name stack index."""
+    info = self._source_infos.get(i)
+    if info is None:
+      info = self._source_infos[i] = compat.SourceInfo(None,
+                                                       self.name_stack(i))
+    return info
 
   # ------------------------------------------------------------ jaxprs
   def jaxpr(self, i: int):
     """A jaxpr referenced from the jaxpr being built: it must come before."""
     if not 0 <= i < len(self.jaxprs):
-      raise self.fail(
+      raise FormatError(
           f"jaxpr index {i} does not refer to an earlier jaxpr (only "
           f"{len(self.jaxprs)} are built); sub-jaxprs must precede their "
           "users")
@@ -274,23 +289,22 @@ class Reader:
     self._index(i, len(self._closed), "closed jaxpr")
     if self._closed[i] is None:
       m = self.msg.closed_jaxprs[i]
-      self._where.append(f"closed jaxpr {i}")
       try:
         jaxpr = self.jaxpr(m.jaxpr)
         self._closed_depth[i] = self._depths[m.jaxpr]
         if len(m.consts) != len(jaxpr.constvars):
-          raise self.fail(f"{len(m.consts)} constants for "
+          raise FormatError(f"{len(m.consts)} constants for "
                           f"{len(jaxpr.constvars)} constvars")
         consts = []
         for var, c in zip(jaxpr.constvars, m.consts):
           value = self.array(c)
           aval = self.aval(self.msg.arrays[c].aval)
           if aval != var.aval:
-            raise self.fail(f"constant of type {aval.str_short()} for a "
+            raise FormatError(f"constant of type {aval.str_short()} for a "
                             f"constvar of type {var.aval.str_short()}")
           consts.append(value)
-      finally:
-        self._where.pop()
+      except FormatError as e:
+        raise FormatError(f"closed jaxpr {i}: {e}") from None
       self._closed[i] = compat.ClosedJaxpr(jaxpr, consts)
     else:
       self._depth = max(self._depth, self._closed_depth[i] + 1)
@@ -298,15 +312,14 @@ class Reader:
 
   def build_jaxprs(self) -> None:
     for i, m in enumerate(self.msg.jaxprs):
-      self._where.append(f"jaxpr {i}")
       self._depth = 1
       try:
         self.jaxprs.append(_JaxprDecoder(self, m).decode())
-      finally:
-        self._where.pop()
+      except FormatError as e:
+        raise FormatError(f"jaxpr {i}: {e}") from None
       if self._depth > MAX_JAXPR_DEPTH:
-        raise self.fail(f"jaxpr {i} nests {self._depth} levels deep, over "
-                        f"the limit of {MAX_JAXPR_DEPTH}")
+        raise FormatError(f"jaxpr {i} nests {self._depth} levels deep, over "
+                          f"the limit of {MAX_JAXPR_DEPTH}")
       self._depths.append(self._depth)
 
   def effect(self, m, env):
@@ -326,8 +339,8 @@ class Reader:
           return cls(payload[1])
         if payload[0] == "var" and 0 <= payload[1] < len(env):
           return cls(env[payload[1]])
-      raise self.fail(f"effect {name!r} has a bad payload {payload!r}")
-    raise self.fail(f"unknown effect {name!r}")
+      raise FormatError(f"effect {name!r} has a bad payload {payload!r}")
+    raise FormatError(f"unknown effect {name!r}")
 
 
 class _JaxprDecoder:
@@ -337,6 +350,7 @@ class _JaxprDecoder:
     self.r = reader
     self.msg = msg
     self.env: list[Any] = []
+    self.param: str | None = None   # the param being decoded, for errors
 
   def bind(self, aval_index: int, cls=compat.Var):
     var = cls(self.r.aval(aval_index))
@@ -347,11 +361,11 @@ class _JaxprDecoder:
     r = self.r
     if ref >= 0:
       if ref >= len(self.env):
-        raise r.fail(f"variable {ref} is used before it is bound (only "
+        raise FormatError(f"variable {ref} is used before it is bound (only "
                      f"{len(self.env)} are bound here)")
       var = self.env[ref]
       if type(var) is compat.DropVar:
-        raise r.fail(f"variable {ref} is a dropped output and cannot be used")
+        raise FormatError(f"variable {ref} is a dropped output and cannot be used")
       return var
     index = -1 - ref
     value = r.array(index)
@@ -367,69 +381,89 @@ class _JaxprDecoder:
     constvars = [self.bind(a) for a in m.constvars]
     invars = [self.bind(a) for a in m.invars]
     eqns = []
-    for i, e in enumerate(m.eqns):
-      r._where.append(f"equation {i}")  # pylint: disable=protected-access
+    for i, eqn_msg in enumerate(m.eqns):
+      self.param = None
       try:
-        eqns.append(self.equation(e))
-      finally:
-        r._where.pop()  # pylint: disable=protected-access
-    outvars = [self.atom(a) for a in m.outvars]
-    effects = self.effects(m.effects)
-    info = m.debug_info
-    debug_info = compat.DebugInfo(
-        r.string(info.traced_for), r.string(info.func_src_info),
-        tuple(r.string(s) for s in info.arg_names)
-        if info.has_arg_names else None,
-        tuple(r.string(s) for s in info.result_paths)
-        if info.has_result_paths else None)
-    return compat.new_jaxpr(constvars, invars, outvars, eqns, effects,
-                            debug_info, m.is_high)
+        eqns.append(self.equation(eqn_msg))
+      except _DECODE_ERRORS as e:
+        name = (r.strings[eqn_msg.primitive]
+                if eqn_msg.primitive < len(r.strings) else "?")
+        param = "" if self.param is None else f", param {self.param!r}"
+        raise FormatError(f"equation {i} ({name}){param}: "
+                          f"{_describe_error(e)}") from None
+    try:
+      outvars = [self.atom(a) for a in m.outvars]
+      effects = self.effects(m.effects)
+      info = m.debug_info
+      debug_info = compat.DebugInfo(
+          r.string(info.traced_for), r.string(info.func_src_info),
+          tuple(r.string(s) for s in info.arg_names)
+          if info.has_arg_names else None,
+          tuple(r.string(s) for s in info.result_paths)
+          if info.has_result_paths else None)
+      return compat.new_jaxpr(constvars, invars, outvars, eqns, effects,
+                              debug_info, m.is_high)
+    except _DECODE_ERRORS as e:
+      raise FormatError(f"outputs: {_describe_error(e)}") from None
 
   def equation(self, e):
     r = self.r
     name = r.string(e.primitive)
-    r._where[-1] += f" ({name})"  # pylint: disable=protected-access
     prim = r.primitive(name)
     invars = [self.atom(a) for a in e.invars]
-    dropped = set(e.dropped)
-    if len(dropped) != len(e.dropped) or any(
-        not 0 <= p < len(e.outvars) for p in dropped):
-      raise r.fail("the dropped-output positions are out of range or repeat")
-    outvars = [self.bind(a, compat.DropVar if p in dropped else compat.Var)
-               for p, a in enumerate(e.outvars)]
+    n_out = len(e.outvars)
+    if e.dropped:
+      dropped = set(e.dropped)
+      if len(dropped) != len(e.dropped) or any(
+          not 0 <= p < n_out for p in dropped):
+        raise FormatError("the dropped-output positions are out of range or "
+                          "repeat")
+      outvars = [self.bind(a, compat.DropVar if p in dropped else compat.Var)
+                 for p, a in enumerate(e.outvars)]
+    else:
+      outvars = [self.bind(a) for a in e.outvars]
     values: dict[str, Any] = {}
-    derived = []
+    derived = None
     for p in e.params:
       key = r.string(p.name)
       if key in values:
-        raise r.fail(f"param {key!r} appears twice")
+        raise FormatError(f"param {key!r} appears twice")
       if p.value.WhichOneof("kind") == "derived":
         if (name, key) not in compat.DERIVED_PARAMS:
-          raise r.fail(f"param {key!r} of {name!r} cannot be derived")
-        derived.append(key)
+          raise FormatError(f"param {key!r} of {name!r} cannot be derived")
+        derived = (derived or []) + [key]
         values[key] = None
         continue
-      r._where.append(f"param {key!r}")  # pylint: disable=protected-access
-      try:
-        values[key] = params.decode_value(r, p.value)
-      finally:
-        r._where.pop()  # pylint: disable=protected-access
-    for key in derived:
+      self.param = key
+      values[key] = params.decode_value(r, p.value)
+    self.param = None
+    for key in derived or ():
       values[key] = compat.DERIVED_PARAMS[(name, key)](values)
-    validate.check_equation(name, prim, len(invars), len(outvars), values,
-                            ", ".join(r._where))  # pylint: disable=protected-access
-    source_info = compat.SourceInfo(None, r.name_stack(e.name_stack))
+    validate.check_equation(name, prim, len(invars), n_out, values)
     return compat.new_eqn(invars, outvars, prim, values,
-                          self.effects(e.effects), source_info,
+                          self.effects(e.effects), r.source_info(e.name_stack),
                           r.eqn_context(e.ctx))
+
+
+# Exceptions that malformed input can provoke inside JAX's constructors or
+# ours; they become FormatErrors that say where they happened.
+_DECODE_ERRORS = (FormatError, ArithmeticError, LookupError, TypeError,
+                  ValueError, AttributeError, AssertionError)
+
+
+def _describe_error(e: BaseException) -> str:
+  if isinstance(e, FormatError):
+    return str(e)
+  return f"invalid program ({type(e).__name__}: {e})"
 
 
 def read(data_container: container.Container, *, verify_blobs: bool):
   """(closed jaxpr, in_tree, out_tree, message, reader) of a container."""
-  msg = parse_program(data_container.program, data_container.source)
+  source = data_container.source
+  msg = parse_program(data_container.program, source)
   if msg.format_version != data_container.format_version:
     raise FormatError(
-        f"{data_container.source}: the header says format version "
+        f"{source}: the header says format version "
         f"{data_container.format_version} but the program message says "
         f"{msg.format_version}")
   reader = Reader(msg, data_container, verify_blobs=verify_blobs)
@@ -438,16 +472,16 @@ def read(data_container: container.Container, *, verify_blobs: bool):
     closed = reader.closed_jaxpr(msg.root)
     in_tree = pytrees.decode_treedef(reader, msg.in_tree)
     out_tree = pytrees.decode_treedef(reader, msg.out_tree)
-  except JaxprIoError:
-    raise
   except RecursionError:
-    raise FormatError(f"{reader.source}: the program nests too deeply") from None
+    raise FormatError(f"{source}: the program nests too deeply") from None
+  except _DECODE_ERRORS as e:
+    raise FormatError(f"{source}: {_describe_error(e)}") from None
   if in_tree.num_leaves != len(closed.jaxpr.invars):
     raise FormatError(
-        f"{reader.source}: the input signature has {in_tree.num_leaves} "
-        f"leaves but the program takes {len(closed.jaxpr.invars)} inputs")
+        f"{source}: the input signature has {in_tree.num_leaves} leaves but "
+        f"the program takes {len(closed.jaxpr.invars)} inputs")
   if out_tree.num_leaves != len(closed.jaxpr.outvars):
     raise FormatError(
-        f"{reader.source}: the output signature has {out_tree.num_leaves} "
-        f"leaves but the program returns {len(closed.jaxpr.outvars)} outputs")
+        f"{source}: the output signature has {out_tree.num_leaves} leaves "
+        f"but the program returns {len(closed.jaxpr.outvars)} outputs")
   return closed, in_tree, out_tree, msg, reader

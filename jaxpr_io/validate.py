@@ -86,13 +86,13 @@ ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
 
 
 def check_equation(name: str, primitive: Any, n_in: int, n_out: int,
-                   params: dict, where: str) -> None:
+                   params: dict) -> None:
   """Raises FormatError if the equation's shape of inputs/outputs is wrong."""
   if not primitive.multiple_results and n_out != 1:
-    raise FormatError(f"{where}: primitive {name!r} has one result, but the "
-                      f"equation binds {n_out}")
+    raise FormatError(f"primitive {name!r} has one result, but the equation "
+                      f"binds {n_out}")
   rule = ARITY_RULES.get(name)
   if rule is not None:
     problem = rule(n_in, n_out, params)
     if problem:
-      raise FormatError(f"{where}: {name} {problem}")
+      raise FormatError(f"{name} {problem}")

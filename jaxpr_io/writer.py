@@ -107,7 +107,6 @@ class Writer:
     self._contexts: dict[int, int] = {}
     self._name_stacks: dict[Any, int] = {}
     self._keepalive: list[Any] = []  # objects whose id() is a table key
-    self._where: list[str] = []      # location, for error messages
 
   # ------------------------------------------------------------ tables
   def string(self, s: str) -> int:
@@ -258,11 +257,10 @@ class Writer:
       message = pb.ClosedJaxpr(jaxpr=jaxpr_index)
       for i, (var, const) in enumerate(zip(closed.jaxpr.constvars,
                                            closed.consts)):
-        self._where.append(f"constant {i}")
         try:
           message.consts.append(self.array(const, _TYPED_NDARRAY, var.aval))
-        finally:
-          self._where.pop()
+        except UnsupportedError as e:
+          raise UnsupportedError(f"constant {i}: {e}") from None
       self._keepalive.append(closed)
       index = self._closed[id(closed)] = len(self.msg.closed_jaxprs)
       self.msg.closed_jaxprs.append(message)
@@ -273,8 +271,7 @@ class Writer:
     if index is None:
       if self._depth >= MAX_JAXPR_DEPTH:
         raise UnsupportedError(
-            f"{self.location()}: jaxprs nest deeper than {MAX_JAXPR_DEPTH} "
-            "levels")
+            f"jaxprs nest deeper than {MAX_JAXPR_DEPTH} levels")
       self._depth += 1
       try:
         message = _JaxprEncoder(self, jaxpr).encode()
@@ -284,9 +281,6 @@ class Writer:
       index = self._jaxprs[id(jaxpr)] = len(self.msg.jaxprs)
       self.msg.jaxprs.append(message)
     return index
-
-  def location(self) -> str:
-    return " > ".join(self._where)
 
   # ------------------------------------------------------------ program
   def program(self, closed, in_tree, out_tree,
@@ -313,6 +307,7 @@ class _JaxprEncoder:
     self.w = writer
     self.jaxpr = jaxpr
     self.env: dict[Any, int] = {}
+    self.param: str | None = None   # the param being encoded, for errors
 
   def bind(self, var) -> None:
     if var.initial_qdd is not None or var.final_qdd is not None:
@@ -320,9 +315,8 @@ class _JaxprEncoder:
           "variables with quasi-dynamic data (mutable hijax types) cannot "
           "be stored")
     if var in self.env:
-      raise UnsupportedError(
-          f"{self.w.location()}: a variable is bound twice; the jaxpr is "
-          "malformed")
+      raise UnsupportedError("a variable is bound twice; the jaxpr is "
+                             "malformed")
     self.env[var] = len(self.env)
 
   def atom(self, atom) -> int:
@@ -331,8 +325,8 @@ class _JaxprEncoder:
     number = self.env.get(atom)
     if number is None or type(atom) is compat.DropVar:
       raise UnsupportedError(
-          f"{self.w.location()}: a variable is used before it is bound; the "
-          "jaxpr is malformed (check it with jax.core.check_jaxpr)")
+          "a variable is used before it is bound; the jaxpr is malformed "
+          "(check it with jax.core.check_jaxpr)")
     return number
 
   def effect(self, effect, out) -> None:
@@ -355,8 +349,7 @@ class _JaxprEncoder:
         params.encode_value(w, ("var", self.atom(effect.input)), out.payload)
       return
     raise UnsupportedError(
-        f"{w.location()}: effect {effect!r} of type {t.__name__} cannot be "
-        "stored")
+        f"effect {effect!r} of type {t.__name__} cannot be stored")
 
   def effects(self, effects, out) -> None:
     messages = []
@@ -377,12 +370,16 @@ class _JaxprEncoder:
     for v in jaxpr.invars:
       self.bind(v)
       message.invars.append(w.aval(v.aval))
+    add_eqn = message.eqns.add
     for i, eqn in enumerate(jaxpr.eqns):
-      w._where.append(f"equation {i} ({eqn.primitive.name})")  # pylint: disable=protected-access
       try:
-        self.equation(eqn, message.eqns.add())
-      finally:
-        w._where.pop()  # pylint: disable=protected-access
+        self.equation(eqn, add_eqn())
+      except UnsupportedError as e:
+        # Errors from nested jaxprs come here at every level, which builds
+        # the full path: "equation 3 (jit), param 'jaxpr': equation 0 ...".
+        param = "" if self.param is None else f", param {self.param!r}"
+        raise UnsupportedError(
+            f"equation {i} ({eqn.primitive.name}){param}: {e}") from None
     message.outvars.extend(self.atom(a) for a in jaxpr.outvars)
     self.effects(jaxpr.effects, message.effects)
     self.debug_info(jaxpr.debug_info, message.debug_info)
@@ -401,20 +398,15 @@ class _JaxprEncoder:
         self.env[object()] = len(self.env)  # numbers a slot nobody can use
       else:
         self.bind(v)
+    add_param = out.params.add
     for key, value in eqn.params.items():
-      param = out.params.add(name=w.string(key))
+      param = add_param(name=w.string(key))
       if (name, key) in compat.DERIVED_PARAMS:
         param.value.derived.SetInParent()
         continue
-      w._where.append(f"param {key!r}")  # pylint: disable=protected-access
-      try:
-        params.encode_value(w, value, param.value)
-      except UnsupportedError as e:
-        if e.args and str(e.args[0]).startswith(w.location()):
-          raise
-        raise UnsupportedError(f"{w.location()}: {e}") from None
-      finally:
-        w._where.pop()  # pylint: disable=protected-access
+      self.param = key
+      params.encode_value(w, value, param.value)
+    self.param = None
     self.effects(eqn.effects, out.effects)
     out.ctx = w.eqn_context(eqn.ctx)
     out.name_stack = w.name_stack(eqn.source_info.name_stack)
