@@ -25,6 +25,12 @@ _HEADER = struct.Struct("<8sIIQQQQI8s")
 _HEADER_CRC = struct.Struct("<I")
 assert _HEADER.size + _HEADER_CRC.size == HEADER_SIZE
 
+# Files are created as open() would create them; mkstemp's 0600 is for the
+# temporary name only. (Reading the umask means setting it: do it once.)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_FILE_MODE = 0o666 & ~_UMASK
+
 # The Program message is parsed into memory; bound it so a corrupt length
 # cannot ask for more than protobuf's own 2 GiB limit.
 MAX_PROGRAM_BYTES = (2 << 30) - 1
@@ -97,6 +103,7 @@ def write_file(path: str | os.PathLike, program: bytes, layout: DataLayout,
       for part in _parts(program, layout, format_version):
         f.write(part)
       f.flush()
+      os.fchmod(f.fileno(), _FILE_MODE)
       os.fsync(f.fileno())
     os.replace(tmp, path)
   except BaseException:

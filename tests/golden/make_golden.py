@@ -1,0 +1,100 @@
+"""Writes the golden files of the current format version.
+
+    python tests/golden/make_golden.py
+
+Creates tests/golden/v<FORMAT_VERSION>/<name>.{jaxpr,txt,npz}: the file, the
+program as JAX printed it, and inputs (arg0, ...) with the outputs (out0, ...)
+of the original function. Run it once per format version, when the version
+is bumped; never regenerate the files of an older version: every later
+jaxpr_io must keep reading them (tests/test_golden.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+import jaxpr_io  # noqa: E402  pylint: disable=g-import-not-at-top
+
+_rng = np.random.RandomState(1234)
+
+
+def mlp(params, x):
+  for w, b in params:
+    x = jax.nn.sigmoid(x @ w + b)
+  return x
+
+
+MLP_PARAMS = [(_rng.randn(6, 32).astype(np.float32),
+               _rng.randn(32).astype(np.float32)),
+              (_rng.randn(32, 3).astype(np.float32),
+               _rng.randn(3).astype(np.float32))]
+
+
+def closed_mlp(x):
+  return mlp(MLP_PARAMS, x)  # weights become constants (in the data section)
+
+
+def control_flow(x, n):
+  def body(carry, xt):
+    return carry * 0.9 + jnp.sin(xt), carry
+  carry, ys = jax.lax.scan(body, jnp.zeros(x.shape[1:]), x)
+  total = jax.lax.fori_loop(0, n, lambda i, acc: acc + i * 0.5, 0.0)
+  return jax.lax.cond(total > 1.0, lambda: carry + ys.sum(), lambda: carry)
+
+
+@jax.jit
+def _shared(v):
+  return v * 2.0 + 1.0
+
+
+def signature(inputs, *, mode):
+  out = _shared(inputs["a"]) + _shared(inputs["by_id"][7]) + inputs["by_id"][3]
+  return {"sum": out.sum(), "mode": out * mode, "pair": (out, inputs["a"])}
+
+
+def numerics(x):
+  b = x.astype(jnp.bfloat16)
+  i4 = jnp.clip(x * 4, -8, 7).astype(jnp.int4)
+  key = jax.random.key(7)
+  noise = jax.random.uniform(key, x.shape)
+  return (b * b).astype(jnp.float32) + i4.astype(jnp.float32) + noise
+
+
+CASES = {
+    "mlp_constants": (closed_mlp, (_rng.randn(4, 6).astype(np.float32),), {}),
+    "control_flow": (control_flow, (_rng.randn(5, 3).astype(np.float32),
+                                    np.int32(4)), {}),
+    "signature": (signature, ({"a": _rng.randn(3).astype(np.float32),
+                               "by_id": {7: _rng.randn(3).astype(np.float32),
+                                         3: _rng.randn(3).astype(np.float32)}},),
+                  {"mode": np.float32(3.0)}),
+    "numerics": (numerics, (_rng.randn(8).astype(np.float32),), {}),
+}
+
+
+def main():
+  out_dir = os.path.join(os.path.dirname(__file__),
+                         f"v{jaxpr_io.FORMAT_VERSION}")
+  os.makedirs(out_dir, exist_ok=True)
+  for name, (fn, args, kwargs) in CASES.items():
+    prog = jaxpr_io.trace(fn, *args, **kwargs)
+    prog.metadata["golden"] = name
+    jaxpr_io.save(os.path.join(out_dir, f"{name}.jaxpr"), prog)
+    with open(os.path.join(out_dir, f"{name}.txt"), "w") as f:
+      f.write(str(prog.closed_jaxpr) + "\n")
+    flat_in = jax.tree_util.tree_leaves((args, kwargs))
+    flat_out = jax.tree_util.tree_leaves(fn(*args, **kwargs))
+    arrays = {f"arg{i}": np.asarray(a) for i, a in enumerate(flat_in)}
+    arrays.update({f"out{i}": np.asarray(o) for i, o in enumerate(flat_out)})
+    np.savez(os.path.join(out_dir, f"{name}.npz"), **arrays)
+    print("wrote", name)
+
+
+if __name__ == "__main__":
+  main()
