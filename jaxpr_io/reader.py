@@ -64,13 +64,14 @@ class Reader:
     self.verify_blobs = verify_blobs
     self.pending_blobs: set[int] = set()
     self.strings = list(msg.strings)
-    self._avals: list[Any] = [None] * len(msg.avals)
+    self.avals: list[Any] = []
     self._arrays: list[Any] = [None] * len(msg.arrays)
     self._array_done = [False] * len(msg.arrays)
     self._contexts: list[Any] = [None] * len(msg.eqn_contexts)
     self._name_stacks: list[Any] = [None] * len(msg.name_stacks)
     self.jaxprs: list[Any] = []
     self._depths: list[int] = []
+    self._param_sets: list[Any] = [None] * len(msg.param_sets)
     self._closed: list[Any] = [None] * len(msg.closed_jaxprs)
     self._closed_depth: list[int] = [0] * len(msg.closed_jaxprs)
     self._primitives: dict[str, Any] = {}
@@ -109,10 +110,14 @@ class Reader:
 
   # ------------------------------------------------------------ avals
   def aval(self, i: int):
-    aval = self._avals[self._index(i, len(self._avals), "aval")]
-    if aval is None:
-      aval = self._avals[i] = self._decode_aval(self.msg.avals[i])
-    return aval
+    return self.avals[self._index(i, len(self.avals), "aval")]
+
+  def decode_avals(self) -> None:
+    for i, m in enumerate(self.msg.avals):
+      try:
+        self.avals.append(self._decode_aval(m))
+      except _DECODE_ERRORS as e:
+        raise FormatError(f"aval {i}: {_describe_error(e)}") from None
 
   def _decode_aval(self, m):
     kind = m.WhichOneof("kind")
@@ -266,6 +271,48 @@ class Reader:
       stack = self._name_stacks[i] = compat.NameStack(tuple(entries))
     return stack
 
+  def param_set(self, i: int, name: str):
+    """(params dict, nesting depth) of param set `i` for primitive `name`.
+
+    Decoded once; every equation gets its own shallow copy of the dict."""
+    entry = self._param_sets[self._index(i, len(self._param_sets),
+                                         "param set")]
+    if entry is None:
+      depth, self._depth = self._depth, 0
+      values: dict[str, Any] = {}
+      derived = []
+      for p in self.msg.param_sets[i].params:
+        key = self.string(p.name)
+        if key in values:
+          raise FormatError(f"param {key!r} appears twice")
+        if p.value.WhichOneof("kind") == "derived":
+          derived.append(key)
+          values[key] = None
+          continue
+        try:
+          values[key] = params.decode_value(self, p.value)
+        except _DECODE_ERRORS as e:
+          raise FormatError(f"param set {i}, param {key!r}: "
+                            f"{_describe_error(e)}") from None
+      entry = self._param_sets[i] = (name, values, derived, self._depth)
+      self._depth = max(depth, self._depth)
+    else:
+      self._depth = max(self._depth, entry[3])
+    set_name, values, derived, _ = entry
+    values = dict(values)
+    if derived:
+      for key in derived:
+        if (name, key) not in compat.DERIVED_PARAMS:
+          raise FormatError(f"param {key!r} of {name!r} cannot be derived")
+      if set_name != name:
+        raise FormatError(f"param set {i} with derived params is used by "
+                          f"{set_name!r} and {name!r}")
+      for key in derived:
+        values[key] = compat.DERIVED_PARAMS[(name, key)](values)
+      # Cache the derived values: equations sharing params share them.
+      self._param_sets[i] = (name, values, (), entry[3])
+    return values
+
   def source_info(self, i: int):
     """Shared `SourceInfo` (no traceback) per name stack index."""
     info = self._source_infos.get(i)
@@ -350,7 +397,6 @@ class _JaxprDecoder:
     self.r = reader
     self.msg = msg
     self.env: list[Any] = []
-    self.param: str | None = None   # the param being decoded, for errors
 
   def bind(self, aval_index: int, cls=compat.Var):
     var = cls(self.r.aval(aval_index))
@@ -382,14 +428,12 @@ class _JaxprDecoder:
     invars = [self.bind(a) for a in m.invars]
     eqns = []
     for i, eqn_msg in enumerate(m.eqns):
-      self.param = None
       try:
         eqns.append(self.equation(eqn_msg))
       except _DECODE_ERRORS as e:
         name = (r.strings[eqn_msg.primitive]
                 if eqn_msg.primitive < len(r.strings) else "?")
-        param = "" if self.param is None else f", param {self.param!r}"
-        raise FormatError(f"equation {i} ({name}){param}: "
+        raise FormatError(f"equation {i} ({name}): "
                           f"{_describe_error(e)}") from None
     try:
       outvars = [self.atom(a) for a in m.outvars]
@@ -407,10 +451,17 @@ class _JaxprDecoder:
       raise FormatError(f"outputs: {_describe_error(e)}") from None
 
   def equation(self, e):
-    r = self.r
+    r, env = self.r, self.env
     name = r.string(e.primitive)
     prim = r.primitive(name)
-    invars = [self.atom(a) for a in e.invars]
+    n_env = len(env)
+    invars = []
+    for ref in e.invars:
+      if 0 <= ref < n_env and type(env[ref]) is compat.Var:
+        invars.append(env[ref])
+      else:
+        invars.append(self.atom(ref))
+    avals = r.avals
     n_out = len(e.outvars)
     if e.dropped:
       dropped = set(e.dropped)
@@ -418,31 +469,20 @@ class _JaxprDecoder:
           not 0 <= p < n_out for p in dropped):
         raise FormatError("the dropped-output positions are out of range or "
                           "repeat")
-      outvars = [self.bind(a, compat.DropVar if p in dropped else compat.Var)
+      outvars = [(compat.DropVar if p in dropped else compat.Var)(r.aval(a))
                  for p, a in enumerate(e.outvars)]
     else:
-      outvars = [self.bind(a) for a in e.outvars]
-    values: dict[str, Any] = {}
-    derived = None
-    for p in e.params:
-      key = r.string(p.name)
-      if key in values:
-        raise FormatError(f"param {key!r} appears twice")
-      if p.value.WhichOneof("kind") == "derived":
-        if (name, key) not in compat.DERIVED_PARAMS:
-          raise FormatError(f"param {key!r} of {name!r} cannot be derived")
-        derived = (derived or []) + [key]
-        values[key] = None
-        continue
-      self.param = key
-      values[key] = params.decode_value(r, p.value)
-    self.param = None
-    for key in derived or ():
-      values[key] = compat.DERIVED_PARAMS[(name, key)](values)
+      try:
+        outvars = [compat.Var(avals[a]) for a in e.outvars]
+      except IndexError:
+        raise FormatError("an output's aval index is out of range") from None
+    env.extend(outvars)
+    values = r.param_set(e.param_set, name)
     validate.check_equation(name, prim, len(invars), n_out, values)
     return compat.new_eqn(invars, outvars, prim, values,
-                          self.effects(e.effects), r.source_info(e.name_stack),
-                          r.eqn_context(e.ctx))
+                          self.effects(e.effects) if e.effects
+                          else compat.no_effects,
+                          r.source_info(e.name_stack), r.eqn_context(e.ctx))
 
 
 # Exceptions that malformed input can provoke inside JAX's constructors or
@@ -468,6 +508,7 @@ def read(data_container: container.Container, *, verify_blobs: bool):
         f"{msg.format_version}")
   reader = Reader(msg, data_container, verify_blobs=verify_blobs)
   try:
+    reader.decode_avals()
     reader.build_jaxprs()
     closed = reader.closed_jaxpr(msg.root)
     in_tree = pytrees.decode_treedef(reader, msg.in_tree)

@@ -57,12 +57,13 @@ class _Primitives:
     self._registry: Registry[int] | None = None
 
   def _table(self) -> Registry[int]:
-    with self._lock:
-      if self._registry is None:
-        registry: Registry[int] = Registry("primitive")
-        for name, prim in compat.builtin_primitives().items():
-          registry.add(id(prim), name, prim)
-        self._registry = registry
+    if self._registry is None:
+      with self._lock:
+        if self._registry is None:
+          registry: Registry[int] = Registry("primitive")
+          for name, prim in compat.builtin_primitives().items():
+            registry.add(id(prim), name, prim)
+          self._registry = registry
     return self._registry
 
   def register(self, primitive, name: str) -> None:

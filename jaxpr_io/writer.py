@@ -10,6 +10,7 @@ rebuilds the same sharing (which JAX's printer shows as `let` bindings).
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from jaxpr_io import registry
 from jaxpr_io import version
 from jaxpr_io.errors import UnsupportedError
 
+_DOUBLE = struct.Struct("<d")
 # Arrays of at most this many bytes are stored inside the message.
 INLINE_LIMIT = 64
 MAX_JAXPR_DEPTH = 200
@@ -106,6 +108,11 @@ class Writer:
     self._depth = 0                     # jaxprs being encoded, nested
     self._contexts: dict[int, int] = {}
     self._name_stacks: dict[Any, int] = {}
+    self._name_stack_ids: dict[int, int] = {}
+    self._param_sets: dict[Any, int] = {}
+    self._primitive_names: dict[int, int] = {}   # id(primitive) -> string
+    self._aval_ids: dict[int, int] = {}          # id(aval) -> aval index
+    self.param: str | None = None   # the param being encoded, for errors
     self._keepalive: list[Any] = []  # objects whose id() is a table key
 
   # ------------------------------------------------------------ tables
@@ -128,12 +135,45 @@ class Writer:
     return name
 
   def aval(self, aval) -> int:
-    index = self._avals.get(aval)
+    # JAX interns avals, so identity finds most of them without hashing.
+    index = self._aval_ids.get(id(aval))
     if index is None:
-      message = pb.Aval()
-      self._encode_aval(aval, message)
-      index = self._avals[aval] = len(self.msg.avals)
-      self.msg.avals.append(message)
+      index = self._avals.get(aval)
+      if index is None:
+        message = pb.Aval()
+        self._encode_aval(aval, message)
+        index = self._avals[aval] = len(self.msg.avals)
+        self.msg.avals.append(message)
+      self._aval_ids[id(aval)] = index
+      self._keepalive.append(aval)
+    return index
+
+  def primitive_string(self, prim) -> int:
+    """String index of a primitive's serialized name."""
+    index = self._primitive_names.get(id(prim))
+    if index is None:
+      index = self._primitive_names[id(prim)] = self.string(
+          self.primitive(prim))
+    return index
+
+  def param_set(self, name: str, values: dict) -> int:
+    """Index of an equation's params in the param-set table."""
+    key = (name, tuple([(k, _value_key(v)) for k, v in values.items()]))
+    index = self._param_sets.get(key)
+    if index is None:
+      message = pb.ParamSet()
+      add = message.params.add
+      for k, v in values.items():
+        param = add(name=self.string(k))
+        if (name, k) in compat.DERIVED_PARAMS:
+          param.value.derived.SetInParent()
+          continue
+        self.param = k
+        params.encode_value(self, v, param.value)
+      self.param = None
+      self._keepalive.append(values)  # `key` holds ids of its values
+      index = self._param_sets[key] = len(self.msg.param_sets)
+      self.msg.param_sets.append(message)
     return index
 
   def _encode_aval(self, aval, out) -> None:
@@ -234,6 +274,10 @@ class Writer:
     return index
 
   def name_stack(self, name_stack) -> int:
+    index = self._name_stack_ids.get(id(name_stack))
+    if index is not None:
+      return index
+    self._keepalive.append(name_stack)
     index = self._name_stacks.get(name_stack)
     if index is None:
       message = pb.NameStack()
@@ -247,6 +291,7 @@ class Writer:
         message.entries.add(kind=kind, name=self.string(entry.name))
       index = self._name_stacks[name_stack] = len(self.msg.name_stacks)
       self.msg.name_stacks.append(message)
+    self._name_stack_ids[id(name_stack)] = index
     return index
 
   # ------------------------------------------------------------ jaxprs
@@ -307,7 +352,6 @@ class _JaxprEncoder:
     self.w = writer
     self.jaxpr = jaxpr
     self.env: dict[Any, int] = {}
-    self.param: str | None = None   # the param being encoded, for errors
 
   def bind(self, var) -> None:
     if var.initial_qdd is not None or var.final_qdd is not None:
@@ -377,7 +421,8 @@ class _JaxprEncoder:
       except UnsupportedError as e:
         # Errors from nested jaxprs come here at every level, which builds
         # the full path: "equation 3 (jit), param 'jaxpr': equation 0 ...".
-        param = "" if self.param is None else f", param {self.param!r}"
+        param = "" if w.param is None else f", param {w.param!r}"
+        w.param = None
         raise UnsupportedError(
             f"equation {i} ({eqn.primitive.name}){param}: {e}") from None
     message.outvars.extend(self.atom(a) for a in jaxpr.outvars)
@@ -387,27 +432,25 @@ class _JaxprEncoder:
     return message
 
   def equation(self, eqn, out) -> None:
-    w = self.w
-    name = w.primitive(eqn.primitive)
-    out.primitive = w.string(name)
-    out.invars.extend(self.atom(a) for a in eqn.invars)
+    w, env = self.w, self.env
+    out.primitive = primitive = w.primitive_string(eqn.primitive)
+    invars = []
+    for a in eqn.invars:
+      number = env.get(a) if type(a) is compat.Var else None
+      invars.append(self.atom(a) if number is None else number)
+    out.invars[:] = invars
+    outvars = []
     for position, v in enumerate(eqn.outvars):
-      out.outvars.append(w.aval(v.aval))
+      outvars.append(w.aval(v.aval))
       if type(v) is compat.DropVar:
         out.dropped.append(position)
-        self.env[object()] = len(self.env)  # numbers a slot nobody can use
+        env[object()] = len(env)  # numbers a slot nobody can use
       else:
         self.bind(v)
-    add_param = out.params.add
-    for key, value in eqn.params.items():
-      param = add_param(name=w.string(key))
-      if (name, key) in compat.DERIVED_PARAMS:
-        param.value.derived.SetInParent()
-        continue
-      self.param = key
-      params.encode_value(w, value, param.value)
-    self.param = None
-    self.effects(eqn.effects, out.effects)
+    out.outvars[:] = outvars
+    out.param_set = w.param_set(w.msg.strings[primitive], eqn.params)
+    if eqn.effects:
+      self.effects(eqn.effects, out.effects)
     out.ctx = w.eqn_context(eqn.ctx)
     out.name_stack = w.name_stack(eqn.source_info.name_stack)
 
@@ -427,6 +470,26 @@ class _JaxprEncoder:
 
 
 _SINGLETON_EFFECT_NAMES = {id(e): n for n, e in compat.SINGLETON_EFFECTS.items()}
+
+# Param values whose equality is their value; everything else (jaxprs,
+# arrays, records, ...) is compared by identity, which is always safe.
+_VALUE_KEYED = frozenset({bool, int, str, type(None), *(
+    type(d) for d in dtypes.DTYPE_TO_ENUM), *compat.ENUMS.values()})
+_TUPLE_KEYED = frozenset({tuple, *compat.NAMED_TUPLES.values()})
+
+
+def _value_key(v):
+  """A hashable key equal for two param values iff they encode alike.
+
+  Types are part of the key, so `True`, `1` and `1.0` never share."""
+  t = type(v)
+  if t in _VALUE_KEYED:
+    return (t, v)
+  if t is float:
+    return (t, _DOUBLE.pack(v))  # bit-exact: -0.0 and NaN payloads differ
+  if t in _TUPLE_KEYED:
+    return (t, tuple([_value_key(x) for x in v]))
+  return (t, id(v))
 _INPUT_EFFECT_NAMES = {cls: n for n, cls in compat.INPUT_EFFECTS.items()}
 
 
