@@ -476,6 +476,7 @@ _SINGLETON_EFFECT_NAMES = {id(e): n for n, e in compat.SINGLETON_EFFECTS.items()
 _VALUE_KEYED = frozenset({bool, int, str, type(None), *(
     type(d) for d in dtypes.DTYPE_TO_ENUM), *compat.ENUMS.values()})
 _TUPLE_KEYED = frozenset({tuple, *compat.NAMED_TUPLES.values()})
+_NUMPY_SCALARS = frozenset(d.type for d in dtypes.DTYPE_TO_ENUM)
 
 
 def _value_key(v):
@@ -489,6 +490,11 @@ def _value_key(v):
     return (t, _DOUBLE.pack(v))  # bit-exact: -0.0 and NaN payloads differ
   if t in _TUPLE_KEYED:
     return (t, tuple([_value_key(x) for x in v]))
+  if t is np.ndarray or t in _NUMPY_SCALARS:
+    # By content: the arrays table stores equal arrays once, so after a
+    # load they are one object; keying by identity here would then merge
+    # param sets that were distinct, and re-dumping would change the bytes.
+    return (t, v.dtype, v.shape, v.tobytes())
   return (t, id(v))
 _INPUT_EFFECT_NAMES = {cls: n for n, cls in compat.INPUT_EFFECTS.items()}
 
