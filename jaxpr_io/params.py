@@ -127,15 +127,6 @@ def decode_tuple(r, msg, depth):
   return tuple(_decode_items(r, msg.tuple, depth))
 
 
-def encode_list(w, v, out, depth):
-  out.list.SetInParent()
-  _encode_items(w, v, out.list, depth)
-
-
-def decode_list(r, msg, depth):
-  return _decode_items(r, msg.list, depth)
-
-
 def encode_frozenset(w, v, out, depth):
   # Set order is not stable across processes: sort elements by their
   # encoding, which is deterministic.
@@ -154,25 +145,6 @@ def decode_frozenset(r, msg, depth):
     return frozenset(_decode_items(r, msg.frozenset, depth))
   except TypeError as e:
     raise FormatError(f"frozenset param holds an unhashable value: {e}") from None
-
-
-def encode_dict(w, v, out, depth):
-  out.dict.SetInParent()
-  for key, value in v.items():
-    encode_value(w, key, out.dict.keys.add(), depth + 1)
-    encode_value(w, value, out.dict.values.add(), depth + 1)
-
-
-def decode_dict(r, msg, depth):
-  keys = [decode_value(r, k, depth + 1) for k in msg.dict.keys]
-  values = [decode_value(r, v, depth + 1) for v in msg.dict.values]
-  if len(keys) != len(values):
-    raise FormatError(f"dict param has {len(keys)} keys but {len(values)} "
-                      "values")
-  try:
-    return dict(zip(keys, values))
-  except TypeError as e:
-    raise FormatError(f"dict param has an unhashable key: {e}") from None
 
 
 def encode_dtype(w, v, out, depth):
@@ -309,9 +281,7 @@ ENCODERS: dict[type, Encoder] = {
     complex: encode_complex,
     str: encode_str,
     tuple: encode_tuple,
-    list: encode_list,
     frozenset: encode_frozenset,
-    dict: encode_dict,
     type: encode_type,
     np.ndarray: encode_numpy_array,
     compat.Jaxpr: encode_jaxpr,
@@ -335,9 +305,7 @@ DECODERS: dict[str, Callable[[Any, Any, int], Any]] = {
     "complex": decode_complex,
     "str": decode_str,
     "tuple": decode_tuple,
-    "list": decode_list,
     "frozenset": decode_frozenset,
-    "dict": decode_dict,
     "dtype": decode_dtype,
     "type": decode_type,
     "array": decode_array,

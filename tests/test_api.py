@@ -1,0 +1,196 @@
+"""The program API: signatures, metadata, save/load, registries and the
+exactness of every param type."""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend import core as jex_core
+
+import jaxpr_io
+from jaxpr_io import container
+from tests.roundtrip import assert_roundtrip
+
+
+def _probe_primitive(name):
+  """An identity primitive whose params are whatever the test binds."""
+  prim = jex_core.Primitive(name)
+  prim.def_impl(lambda x, **_: x)
+  prim.def_abstract_eval(lambda x, **_: x)
+  return prim
+
+
+PROBE = _probe_primitive("jaxpr_io_probe")
+jaxpr_io.register_primitive(PROBE, name="tests.probe")
+
+
+def _bits(x):
+  return struct.pack("<d", x)
+
+
+def test_signature_and_call():
+  def f(params, x, *, scale):
+    return {"y": x @ params["w"] * scale, "n": (x.sum(),)}
+  params = {"w": np.ones((3, 2), np.float32)}
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  prog = jaxpr_io.trace(f, params, x, scale=np.float32(2))
+  prog.metadata["model"] = "tiny"
+  loaded = jaxpr_io.loads(jaxpr_io.dumps(prog))
+  assert loaded.in_tree == prog.in_tree
+  assert loaded.out_tree == prog.out_tree
+  assert loaded.metadata == {"model": "tiny"}
+  assert loaded.producer["format_version"] == jaxpr_io.FORMAT_VERSION
+  assert loaded.producer["jax_version"] == jax.__version__
+  assert [a.str_short() for a in loaded.in_avals] == [
+      "float32[3,2]", "float32[2,3]", "float32[]"]
+  out = loaded(params, x, scale=np.float32(2))
+  expected = f(params, x, scale=np.float32(2))
+  np.testing.assert_array_equal(out["y"], expected["y"])
+  with pytest.raises(TypeError, match="structure"):
+    loaded(params, x)  # missing keyword argument
+
+
+def test_shape_dtype_struct_inputs():
+  spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+  prog = jaxpr_io.trace(lambda v: jnp.cumsum(v), spec)
+  loaded = assert_roundtrip(prog)
+  np.testing.assert_array_equal(loaded(np.arange(4.0, dtype=np.float32)),
+                                np.cumsum(np.arange(4.0)))
+
+
+def test_bare_closed_jaxpr_gets_flat_signature():
+  closed = jax.make_jaxpr(lambda a, b: (a + b, a * b))(1.0, 2.0)
+  loaded = jaxpr_io.loads(jaxpr_io.dumps(closed))
+  assert loaded.in_tree == jax.tree_util.tree_structure(((0, 0), {}))
+  assert loaded.out_tree == jax.tree_util.tree_structure([0, 0])
+  assert [float(v) for v in loaded(1.0, 2.0)] == [3.0, 2.0]
+
+
+def test_dict_with_int_keys_in_signature():
+  # jax.export refuses these (jax-ml/jax#32680).
+  prog = jaxpr_io.trace(lambda d: {1: d[3] * 2, 0: d[5]},
+                        {3: np.float32(1), 5: np.float32(2)})
+  loaded = assert_roundtrip(prog)
+  assert loaded.out_tree == prog.out_tree
+  assert loaded({3: 1.0, 5: 2.0}) == {1: 2.0, 0: 2.0}
+
+
+def test_save_is_atomic_and_load_maps(tmp_path, monkeypatch):
+  weights = np.arange(1000, dtype=np.float32)
+  prog = jaxpr_io.trace(lambda x: x * weights, np.ones(1000, np.float32))
+  path = tmp_path / "p.jaxpr"
+  jaxpr_io.save(path, prog)
+  assert os.listdir(tmp_path) == ["p.jaxpr"]
+  original = path.read_bytes()
+  assert original == jaxpr_io.dumps(prog)
+
+  # A crash while writing leaves the old file and no temporary file.
+  def crash(*args):
+    raise OSError("disk full")
+  monkeypatch.setattr(os, "replace", crash)
+  with pytest.raises(OSError, match="disk full"):
+    jaxpr_io.save(path, jaxpr_io.trace(lambda x: x + 1, 1.0))
+  monkeypatch.undo()
+  assert os.listdir(tmp_path) == ["p.jaxpr"]
+  assert path.read_bytes() == original
+
+  loaded = jaxpr_io.load(path)
+  (const,) = loaded.closed_jaxpr.consts
+  assert not const.flags.writeable and not const.flags.owndata
+  np.testing.assert_array_equal(loaded(np.ones(1000, np.float32)), weights)
+
+
+def test_constants_are_stored_once_and_aligned():
+  w = np.random.RandomState(0).randn(64, 64).astype(np.float32)
+  prog = jaxpr_io.trace(lambda x: (x @ w, x @ w.copy()),
+                        np.ones((2, 64), np.float32))
+  data = jaxpr_io.dumps(prog)
+  c = container.Container(data)
+  assert c.data_offset % container.ALIGNMENT == 0
+  assert len(c.data) == w.nbytes  # equal constants share one blob
+
+
+def test_exact_param_values():
+  values = dict(
+      flag=True, count=3, np_count=np.int64(3), big=1 << 80,
+      neg_zero=-0.0, nan=float("nan"), inf=-math.inf, tiny=5e-324,
+      z=complex(1.5, -2.0), text="ünïcode", nothing=None,
+      nested=(1, (True, "a"), ()), fs=frozenset({"x", "y"}),
+      dtype=np.dtype("bfloat16"),
+      scalar_type=np.float32, builtin_type=int,
+      prim=jax.lax.add_p)
+  closed = jax.make_jaxpr(lambda x: PROBE.bind(x, **values))(1.0)
+  loaded = assert_roundtrip(closed).closed_jaxpr
+  got = loaded.eqns[0].params
+  assert list(got) == list(values)
+  for key, value in values.items():
+    assert type(got[key]) is type(value), key
+  assert got["flag"] is True and got["count"] == 3
+  assert got["np_count"].dtype == np.int64 and got["big"] == 1 << 80
+  for key in ("neg_zero", "nan", "inf", "tiny"):
+    assert _bits(got[key]) == _bits(values[key]), key
+  assert got["nested"] == values["nested"] and got["fs"] == values["fs"]
+  assert got["prim"] is jax.lax.add_p and got["scalar_type"] is np.float32
+
+
+def test_nan_payload_param_is_exact():
+  payload = struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_DEAD_BEEF))[0]
+  closed = jax.make_jaxpr(lambda x: PROBE.bind(x, v=payload))(1.0)
+  got = jaxpr_io.loads(jaxpr_io.dumps(closed)).closed_jaxpr.eqns[0].params
+  assert _bits(got["v"]) == _bits(payload)
+
+
+def test_unsupported_param_names_the_place():
+  class Opaque:
+    pass
+  closed = jax.make_jaxpr(
+      lambda x: jax.jit(lambda y: PROBE.bind(y, thing=Opaque()))(x))(1.0)
+  with pytest.raises(jaxpr_io.UnsupportedError) as info:
+    jaxpr_io.dumps(closed)
+  message = str(info.value)
+  assert "equation 0 (jit), param 'jaxpr'" in message
+  assert "equation 0 (jaxpr_io_probe), param 'thing'" in message
+  assert "Opaque" in message and "register_param_codec" in message
+
+
+def test_unregistered_primitive_is_refused():
+  stray = _probe_primitive("stray_probe")
+  closed = jax.make_jaxpr(lambda x: stray.bind(x))(1.0)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match="'stray_probe'.*register_primitive"):
+    jaxpr_io.dumps(closed)
+
+
+def test_duplicate_registrations_name_the_earlier_one():
+  with pytest.raises(ValueError, match="already registered under the name "
+                     "'tests.probe'"):
+    jaxpr_io.register_primitive(PROBE, name="tests.other")
+  with pytest.raises(ValueError, match="'tests.probe' is already registered"):
+    jaxpr_io.register_primitive(_probe_primitive("x"), name="tests.probe")
+  with pytest.raises(ValueError, match="already registered"):
+    jaxpr_io.register_primitive(jax.lax.add_p, name="add2")
+
+
+def test_check_runs_jax_type_checker():
+  closed = jax.make_jaxpr(lambda x: x + 1.0)(np.float32(1))
+  data = bytearray(jaxpr_io.dumps(closed))
+  c = container.Container(bytes(data))
+  msg = jaxpr_io._proto.Program.FromString(c.program)
+  # Make the output f64 while `add` still computes f32: structurally fine,
+  # ill-typed.
+  out_aval = msg.jaxprs[0].eqns[0].outvars[0]
+  new_aval = msg.avals.add()
+  new_aval.CopyFrom(msg.avals[out_aval])
+  new_aval.shaped_array.dtype.dtype = jaxpr_io._proto.DType["FLOAT64"]
+  msg.jaxprs[0].eqns[0].outvars[0] = len(msg.avals) - 1
+  bad = container.to_bytes(msg.SerializeToString(deterministic=True),
+                           container.DataLayout())
+  jaxpr_io.loads(bad)  # structure is valid
+  with pytest.raises(jaxpr_io.FormatError, match="type-check"):
+    jaxpr_io.loads(bad, check=True)
