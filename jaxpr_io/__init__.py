@@ -10,13 +10,15 @@ The file format is specified by schema/jaxpr.proto.
 
 from jaxpr_io.errors import FormatError, JaxprIoError, UnsupportedError
 from jaxpr_io.program import Program, dumps, load, loads, save, trace
-from jaxpr_io.registry import (register_enum, register_named_tuple,
-                               register_param_codec, register_primitive)
+from jaxpr_io.registry import (register_enum, register_eqn_param_codec,
+                               register_named_tuple, register_param_codec,
+                               register_primitive)
 from jaxpr_io.version import FORMAT_VERSION, __version__
 
 __all__ = [
     "FORMAT_VERSION", "FormatError", "JaxprIoError", "Program",
     "UnsupportedError", "__version__", "dumps", "load", "loads",
-    "register_enum", "register_named_tuple", "register_param_codec",
+    "register_enum", "register_eqn_param_codec", "register_named_tuple",
+    "register_param_codec",
     "register_primitive", "save", "trace",
 ]

@@ -192,8 +192,9 @@ def builtin_primitives() -> dict[str, Any]:
 
 
 # Params whose values are Python callables that JAX can rebuild from the
-# equation's other params. The writer stores a `derived` marker and the
-# reader calls the rule: (primitive name, param name) -> rule(params).
+# equation's other params: (primitive name, param name) -> rule(params).
+# jaxpr_io.registry registers each as an equation param codec that stores
+# nothing and rebuilds the value on load.
 def _reduce_computation(params):
   closed = params["jaxpr"]
   fun = core.jaxpr_as_fun(closed)

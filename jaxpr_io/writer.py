@@ -164,11 +164,13 @@ class Writer:
       add = message.params.add
       for k, v in values.items():
         param = add(name=self.string(k))
-        if (name, k) in compat.DERIVED_PARAMS:
-          param.value.derived.SetInParent()
-          continue
         try:
-          params.encode_value(self, v, param.value)
+          codec = registry.EQN_PARAM_CODECS.get((name, k))
+          if codec is None:
+            params.encode_value(self, v, param.value)
+          else:
+            params.encode_value(self, codec.encode(v, values),
+                                param.value.param_codec)
         except UnsupportedError as e:
           raise UnsupportedError(f"param {k!r}: {e}") from None
       self._keepalive.append(values)  # `key` holds ids of its values

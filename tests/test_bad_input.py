@@ -202,6 +202,18 @@ def _grad_scan(p, x):
   return jnp.sum(ys) + c + p["b"][0][0]
 
 
+def _misc(x):
+  """Params of many kinds: a coded param (`reduce`'s computation), enums
+  (precision), records (gather dimension numbers), remat, switch."""
+  r = jax.lax.reduce(x, np.float32(0), lambda a, b: a * b + 1, (0,))
+  c = jax.checkpoint(lambda y: jnp.sin(y) * 2)(x)
+  m = x.reshape(2, 2)
+  d = jnp.dot(m, m.T, precision=jax.lax.Precision.HIGHEST).reshape(4)
+  g = x[jnp.array([0, 2, 3, 1])]
+  s = jax.lax.switch(1, [lambda a: a, lambda a: a * 2, lambda a: -a], x)
+  return r + c + d + g + s, jnp.sort(x), jnp.argmax(x), jnp.cumsum(x)
+
+
 @functools.cache
 def sample_files() -> dict[str, bytes]:
   f32 = jnp.float32
@@ -212,6 +224,8 @@ def sample_files() -> dict[str, bytes]:
   params = {"w": jnp.float32(0.5), "b": (jnp.ones(2, f32), None)}
   files["grad_pytree"] = jaxpr_io.dumps(jaxpr_io.trace(
       jax.grad(_grad_scan), params, jnp.arange(4.0, dtype=f32)))
+  files["misc"] = jaxpr_io.dumps(jaxpr_io.trace(
+      _misc, jnp.arange(4.0, dtype=f32)))
   key = jax.random.key(0)
   files["prng_key"] = jaxpr_io.dumps(jaxpr_io.trace(
       lambda x: x + jax.random.normal(key, (3,)), jnp.ones(3, f32)))
@@ -720,8 +734,7 @@ def test_duplicate_param_name():
     params = params_of(m, eqn_by_primitive(m, "jit"))
     params.add().CopyFrom(params[1])
   assert_rejected(mutated(small(), mutate),
-                  r"equation \d+ \(jit\)(, param 'in_shardings')?: param "
-                  r"'in_shardings' appears twice")
+                  r"equation \d+ \(jit\)\W.*param 'in_shardings' appears twice")
 
 
 def test_duplicate_metadata_key():
@@ -850,10 +863,18 @@ def test_unknown_effect():
   assert_rejected(mutated(small(), mutate), r"unknown effect 'no.such.Effect'")
 
 
-def test_derived_param_not_in_table():
+def test_coded_param_without_codec():
+  """A param stored through a per-(primitive, param) codec that the reader
+  has no entry for (`jit`'s `in_shardings` has none)."""
   def mutate(m):
-    params_of(m, eqn_by_primitive(m, "jit"))[1].value.derived.SetInParent()
-  assert_rejected(mutated(small(), mutate), r"cannot be derived")
+    value = params_of(m, eqn_by_primitive(m, "jit"))[1].value
+    if "derived" in value.DESCRIPTOR.fields_by_name:    # older schema
+      value.derived.SetInParent()
+    else:
+      value.param_codec.none.SetInParent()
+  assert_rejected(mutated(small(), mutate),
+                  r"cannot be derived|'jit' has no codec for param "
+                  r"'in_shardings'")
 
 
 @pytest.mark.parametrize("kind", ["enum", "record"])
@@ -942,6 +963,123 @@ def test_empty_program_message():
 def test_empty_program_message_right_version():
   msg = pb.Program(format_version=FORMAT_VERSION)
   assert_rejected(reframe(msg), r"closed jaxpr index 0 is out of range")
+
+
+# ------------------------------------------------- every dtype, every kind
+def _retype_const(m, dtype: int, kind: int) -> None:
+  """The small program's constant as a (3,) array of `dtype` and host kind
+  `kind`, with zero bytes of the right length."""
+  const = m.arrays[m.closed_jaxprs[m.root].consts[0]]
+  aval = m.avals.add()
+  aval.CopyFrom(m.avals[const.aval])
+  aval.shaped_array.dtype.dtype = dtype
+  const.aval = len(m.avals) - 1
+  const.kind = kind
+  itemsize = {"PRNG_KEY": 8, "FLOAT0": 0}.get(
+      _DTYPE_NAMES[dtype], None)
+  if itemsize is None:
+    itemsize = np.dtype(jaxpr_io.dtypes.ENUM_TO_DTYPE[dtype]).itemsize
+  if dtype == pb.DType["PRNG_KEY"]:
+    m.strings.append("threefry2x32")
+    aval.shaped_array.dtype.key_impl = len(m.strings) - 1
+  const.inline = bytes(3 * itemsize)
+
+
+_DTYPE_NAMES = {v: k for k, v in pb.DType.items()}
+
+
+@pytest.mark.parametrize("dtype", sorted(set(pb.DType) - {"DTYPE_UNSPECIFIED"}))
+def test_every_dtype_and_host_kind(dtype):
+  """A constant of each dtype in each host kind (most of them invalid for a
+  constvar): loading and check=True give a program or a FormatError."""
+  import jaxpr_io.dtypes  # pylint: disable=g-import-not-at-top,unused-import
+  failures = []
+  for kind_name, kind in sorted(pb.HostKind.items()):
+    data = mutated(small(),
+                   lambda m: _retype_const(m, pb.DType[dtype], kind))
+    for check in (False, True):
+      try:
+        with deadline(20):
+          load_fully(data, check=check)
+      except FormatError:
+        pass
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append(f"{kind_name}, check={check}: "
+                        f"{type(e).__name__}: {e}"[:300])
+  assert not failures, "\n".join(failures)
+
+
+def _python_scalar_literal(dtype: str, set_value):
+  """The small program's 4-byte f32 literal (`2.0`) as a PYTHON_SCALAR of
+  `dtype` holding the value `set_value(value_msg)` puts there."""
+  def mutate(m):
+    literal = next(a for a in m.arrays if a.WhichOneof("data") == "inline"
+                   and len(a.inline) == 4)
+    aval = m.avals.add()
+    aval.CopyFrom(m.avals[literal.aval])
+    aval.shaped_array.dtype.dtype = pb.DType[dtype]
+    literal.aval = len(m.avals) - 1
+    literal.kind = pb.HostKind["PYTHON_SCALAR"]
+    set_value(literal.python_value)
+  return mutated(small(), mutate)
+
+
+@pytest.mark.parametrize("dtype,value", [
+    ("BOOL", lambda v: setattr(v, "int", 7)),          # an int for a bool
+    ("INT32", lambda v: setattr(v, "int", 2**40)),     # does not fit int32
+    ("INT32", lambda v: setattr(v, "big_int", "9" * 400)),
+    ("UINT8", lambda v: setattr(v, "int", -1)),
+    ("FLOAT32", lambda v: v.complex.SetInParent()),   # a complex for a float
+], ids=["int_for_bool", "int64_for_int32", "big_int_for_int32",
+        "negative_for_uint8", "complex_for_float32"])
+def test_python_scalar_does_not_fit_its_dtype(dtype, value):
+  """The spec: a PYTHON_SCALAR is "a Python bool, int, float or complex, by
+  the aval's dtype". A value of another kind, or out of the dtype's range,
+  is data that does not match its declared type."""
+  assert_rejected(_python_scalar_literal(dtype, value),
+                  r"array \d+: .*(?i:does not fit|out of range|cannot hold"
+                  r"|overflow|needs)")
+
+
+def _set_param(primitive: str, name: str, set_value):
+  def mutate(m):
+    value = param_named(m, eqn_by_primitive(m, primitive), name).value
+    value.Clear()
+    set_value(value)
+  return mutate
+
+
+_CHECK_TRIGGERS = {
+    # JAX's check raises AssertionError (scan's typecheck rule).
+    "scan_length_bool": (control_flow, _set_param(
+        "scan", "length", lambda v: setattr(v, "bool", True))),
+    # ValueError from squeeze's shape rule.
+    "squeeze_bad_dimensions": (control_flow, _set_param(
+        "squeeze", "dimensions",
+        lambda v: v.tuple.items.add().__setattr__("int", 8))),
+    # ValueError from an n-ary op's shape rule ("max() arg is an empty
+    # sequence").
+    "mul_without_operands": (small, lambda m: eqn_by_primitive(
+        m, "mul").ClearField("invars")),
+    # OverflowError building the literal's constant.
+    "literal_out_of_range": (lambda: _python_scalar_literal(
+        "INT32", lambda v: setattr(v, "int", 2**40)), None),
+}
+
+
+@pytest.mark.parametrize("trigger", list(_CHECK_TRIGGERS))
+def test_type_check_fails_with_format_error(trigger):
+  """check=True runs JAX's type checker, whose rules fail with TypeError,
+  ValueError, AssertionError, OverflowError, KeyError, ...: every one is a
+  FormatError to the caller."""
+  source, mutate = _CHECK_TRIGGERS[trigger]
+  data = source() if mutate is None else mutated(source(), mutate)
+  with deadline(20):
+    try:
+      load_fully(data)   # without the check, loading may succeed
+    except FormatError:
+      pass
+  assert_rejected(data, r"does not type-check|array \d+", check=True)
 
 
 # ----------------------------------------------------------- nesting bombs
@@ -1133,7 +1271,7 @@ def assert_loads_or_format_error(data: bytes) -> None:
 
 
 _names = st.sampled_from(sorted(["control_flow", "small", "grad_pytree",
-                                 "prng_key"]))
+                                 "prng_key", "misc"]))
 
 
 def _byte_mutation(data: st.DataObject, buf: bytes) -> bytes:
