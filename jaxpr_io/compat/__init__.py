@@ -2,8 +2,8 @@
 
 jaxpr_io reads and builds JAX's internal objects (`Jaxpr`, `JaxprEqn`,
 `ShapedArray`, meshes, PRNG implementations, ...), whose homes and
-constructors move between JAX releases. This module is the only one that
-touches `jax._src`; a new JAX release means editing the tables and accessors
+constructors move between JAX releases. This package is the only place that
+touches `jax._src` (this module for the core, one submodule per topic); a new JAX release means editing the tables and accessors
 here, not hunting through the code. The stable serialized names in the tables
 are part of the file format and MUST NOT change: when JAX renames a class or a
 primitive, keep the serialized name and point it at the new object (or add an
