@@ -9,6 +9,8 @@ import jax
 
 from jaxpr_io import compat
 from jaxpr_io import container
+from jaxpr_io import specialize
+from jaxpr_io.compat import symbolic
 from jaxpr_io import reader
 from jaxpr_io import writer
 from jaxpr_io.errors import FormatError, UnsupportedError
@@ -65,11 +67,27 @@ class Program:
       raise TypeError(
           f"the program takes arguments of structure {self.in_tree}, but "
           f"was called with {tree}")
+    return jax.tree_util.tree_unflatten(self.out_tree,
+                                        self._flat_fun(flat)(*flat))
+
+  def _flat_fun(self, flat):
+    """The evaluator for these flat arguments: the program itself, or, for a
+    shape-polymorphic program, its specialization to the argument shapes."""
     closed = self.closed_jaxpr
     if self._fun is None:
+      self._symbolic = specialize.has_symbolic_dims(closed.in_avals)
       self._fun = compat.jaxpr_as_fun(closed)
-    out = self._fun(*flat)
-    return jax.tree_util.tree_unflatten(self.out_tree, out)
+      self._specialized = {}
+    shapes = [jax.numpy.shape(x) for x in flat]
+    if not self._symbolic or shapes == [a.shape for a in closed.in_avals]:
+      return self._fun  # concrete, or traced with the program's own dims
+    env = symbolic.solve_dims(closed.in_avals, self.in_tree, shapes)
+    key = tuple(sorted(env.items()))
+    fun = self._specialized.get(key)
+    if fun is None:
+      fun = self._specialized[key] = compat.jaxpr_as_fun(
+          specialize.specialize(closed, env))
+    return fun
 
   def __str__(self) -> str:
     return str(self._closed_jaxpr)
@@ -101,7 +119,8 @@ def _flat_trees(closed):
   return in_tree, out_tree
 
 
-def _as_program(program) -> Program:
+def as_program(program) -> Program:
+  """`program` as a `Program`; a bare ClosedJaxpr gets flat in/out trees."""
   if isinstance(program, Program):
     return program
   if type(program) is compat.ClosedJaxpr:
@@ -112,7 +131,7 @@ def _as_program(program) -> Program:
 
 
 def _serialize(program):
-  program = _as_program(program)
+  program = as_program(program)
   return writer.write(program._closed_jaxpr, program.in_tree,  # pylint: disable=protected-access
                       program.out_tree, program.metadata)
 

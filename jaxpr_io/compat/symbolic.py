@@ -27,3 +27,18 @@ def parse_dim(text: str, scope: SymbolicScope):
   if len(dims) != 1:
     raise ValueError(f"{text!r} is not one dimension expression")
   return dims[0]
+
+
+def solve_dims(avals, tree, shapes) -> dict[str, int]:
+  """Values of the dimension variables of `avals` given the actual `shapes`
+  of the arguments (JAX's own solver: handles `b`, `2*b`, `b + c`, ...)."""
+  solution, constraints, synthetic = shape_poly.solve_dim_vars(
+      tuple(avals), args_kwargs_tree=tree)
+  evaluator = shape_poly.ShapeEvaluator(
+      {name: shapes[arg][dim] for name, arg, dim in synthetic})
+  constraints.shape_assertions(evaluator)
+  return {var: int(evaluator.evaluate(expr)) for var, expr in solution.items()}
+
+
+def evaluate_dim(dim, env: dict[str, int]) -> int:
+  return int(shape_poly.ShapeEvaluator(env).evaluate(dim))

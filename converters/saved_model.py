@@ -1,0 +1,107 @@
+"""TensorFlow SavedModels through `jax2tf`, for TensorFlow Serving.
+
+The SavedModel has one signature, `serving_default`, whose inputs are the
+program's inputs in flattened order, named `arg0`, `arg1`, ..., and whose
+outputs are named `out0`, `out1`, .... Symbolic dimensions become `None`.
+The program's constants (the model weights of a traced model) become
+`tf.Variable`s saved under `variables/`, so `saved_model.pb` stays small and
+models beyond GraphDef's 2 GiB limit can be saved. The computation itself is
+one `XlaCallModule` op carrying StableHLO (jax2tf's native serialization);
+TensorFlow Serving must run with `--xla_cpu_compilation_enabled=true` to
+execute it on a CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from jaxpr_io import compat
+from jaxpr_io.compat import symbolic
+from jaxpr_io.converters._common import as_program
+from jaxpr_io.errors import UnsupportedError
+
+
+def _import_tf():
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from jax.experimental import jax2tf  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        "to_saved_model needs TensorFlow: pip install 'jaxpr_io[tf]'") from e
+  return tf, jax2tf
+
+
+def _poly_spec(aval) -> str | None:
+  if not any(type(d) is symbolic.DimExpr for d in aval.shape):
+    return None
+  return "(" + ", ".join(str(d) for d in aval.shape) + ")"
+
+
+def to_saved_model(program, export_dir: str | os.PathLike, *,
+                   with_gradient: bool = False,
+                   platforms: Sequence[str] | None = None) -> None:
+  """Writes `program` as a SavedModel into `export_dir` (see module doc).
+
+  Args:
+    program: a `Program` or `ClosedJaxpr`.
+    export_dir: the SavedModel directory, e.g. `models/NAME/1` for TF Serving.
+    with_gradient: also save first-order gradients (TF can differentiate the
+      loaded function).
+    platforms: lowering platforms, e.g. `("cpu", "cuda")`; default: this
+      process's default backend.
+
+  Raises:
+    UnsupportedError: the program cannot be lowered (e.g. it calls a host
+      callback); the message names the cause.
+  """
+  tf, jax2tf = _import_tf()
+  prog = as_program(program)
+  closed = prog.closed_jaxpr
+  jaxpr, consts = closed.jaxpr, closed.consts
+  in_avals = closed.in_avals
+
+  def with_consts(weights, *flat_args):
+    return compat.jaxpr_as_fun(compat.ClosedJaxpr(jaxpr, weights))(*flat_args)
+
+  constraints = ()
+  for aval in in_avals:
+    for d in aval.shape:
+      if type(d) is symbolic.DimExpr:
+        constraints = symbolic.scope_constraints(symbolic.scope_of(d))
+        break
+  converted = jax2tf.convert(
+      with_consts,
+      polymorphic_shapes=[None] + [_poly_spec(a) for a in in_avals],
+      polymorphic_constraints=constraints,
+      with_gradient=with_gradient,
+      native_serialization_platforms=tuple(platforms) if platforms else None)
+
+  module = tf.Module()
+  # Weights as variables: saved under variables/, not inside the graph.
+  module.weights = [tf.Variable(np.asarray(c), trainable=False,
+                                name=f"const{i}")
+                    for i, c in enumerate(consts)]
+  signature = [
+      tf.TensorSpec([None if type(d) is symbolic.DimExpr else d
+                     for d in a.shape], tf.as_dtype(a.dtype), name=f"arg{i}")
+      for i, a in enumerate(in_avals)]
+
+  def serve(*args):
+    outs = converted(list(module.weights), *args)
+    return {f"out{i}": out for i, out in enumerate(outs)}
+  module.serve = tf.function(serve, input_signature=signature,
+                             autograph=False)
+  try:
+    concrete = module.serve.get_concrete_function()
+  except (ValueError, TypeError, NotImplementedError) as e:
+    raise UnsupportedError(
+        f"the program cannot be converted to a SavedModel: "
+        f"{type(e).__name__}: {e}") from None
+  options = tf.saved_model.SaveOptions(
+      experimental_custom_gradients=with_gradient)
+  tf.saved_model.save(module, os.fspath(export_dir),
+                      signatures={"serving_default": concrete},
+                      options=options)

@@ -1,0 +1,62 @@
+"""StableHLO through `jax.export`."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import jax
+
+from jaxpr_io.converters._common import as_program, input_specs
+from jaxpr_io.errors import UnsupportedError
+
+
+def to_exported(program, *, platforms: Sequence[str] | None = None,
+                disabled_checks: Sequence = ()) -> jax.export.Exported:
+  """Lowers `program` (a `Program` or `ClosedJaxpr`) with `jax.export`.
+
+  Args:
+    program: the program; symbolic dimensions stay symbolic, so the result
+      accepts any size that satisfies the program's constraints.
+    platforms: e.g. `("cpu", "cuda", "tpu")`; lowering for a platform needs
+      no device of it. Default: this process's default backend.
+    disabled_checks: passed to `jax.export.export`.
+
+  Raises:
+    UnsupportedError: the program cannot be lowered (for example it calls a
+      host callback, which StableHLO artifacts cannot carry); the message
+      names the cause.
+  """
+  prog = as_program(program)
+  args, kwargs = input_specs(prog)
+  try:
+    return jax.export.export(jax.jit(prog), platforms=platforms,
+                             disabled_checks=disabled_checks)(*args, **kwargs)
+  except (ValueError, TypeError, NotImplementedError) as e:
+    raise UnsupportedError(
+        f"the program cannot be exported as StableHLO for platforms "
+        f"{platforms or 'default'}: {type(e).__name__}: {e}") from None
+
+
+def save_exported(program, path: str | os.PathLike, *,
+                  platforms: Sequence[str] | None = None,
+                  vjp_order: int = 0) -> jax.export.Exported:
+  """Writes `Exported.serialize(vjp_order)` bytes to `path` and the StableHLO
+  text beside it, at `path + ".mlir"`. Returns the `Exported`.
+
+  The bytes load with `jax.export.deserialize` (which needs the `flatbuffers`
+  package) in any process, without jaxpr_io.
+  """
+  exported = to_exported(program, platforms=platforms)
+  try:
+    data = exported.serialize(vjp_order=vjp_order)
+  except (ValueError, TypeError, NotImplementedError) as e:
+    raise UnsupportedError(
+        f"the exported program cannot be serialized with vjp_order="
+        f"{vjp_order}: {type(e).__name__}: {e}") from None
+  path = os.fspath(path)
+  with open(path, "wb") as f:
+    f.write(data)
+  with open(path + ".mlir", "w") as f:
+    f.write(exported.mlir_module())
+  return exported
