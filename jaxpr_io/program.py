@@ -62,13 +62,31 @@ class Program:
     return list(self._closed_jaxpr.out_avals)
 
   def __call__(self, *args, **kwargs):
-    flat, tree = jax.tree_util.tree_flatten((args, kwargs))
-    if tree != self.in_tree:
-      raise TypeError(
-          f"the program takes arguments of structure {self.in_tree}, but "
-          f"was called with {tree}")
+    """Evaluates the program; the result has the structure `out_tree`.
+
+    `(args, kwargs)` must have the structure `in_tree`, or any structure
+    whose leaves sit at the same key paths, attribute and dict keys being
+    interchangeable: e.g. a program saved with Flax `FrozenDict` params or an
+    Equinox module takes those objects, or the same values in nested plain
+    dicts (see `signature()` and jaxpr_io/pytrees.py). Raises TypeError,
+    listing the expected key paths, otherwise.
+    """
+    # Imported here: this method and `signature` are the only parts of this
+    # module that use it.
+    from jaxpr_io import pytrees  # pylint: disable=g-import-not-at-top
+    flat = pytrees.flatten_call_args(self.in_tree, (args, kwargs))
     return jax.tree_util.tree_unflatten(self.out_tree,
                                         self._flat_fun(flat)(*flat))
+
+  def signature(self) -> str:
+    """The call signature as text: each input leaf by its key path in
+    `(args, kwargs)` (`args[0]['params']['w']`, `kwargs['scale']`) and each
+    output leaf by its key path, with shape and dtype; the `in_tree` and
+    `out_tree` structures; and, for a loaded program, the node types the file
+    names that this process lacks and that plain containers stand in for."""
+    from jaxpr_io import pytrees  # pylint: disable=g-import-not-at-top
+    return pytrees.signature_text(self.in_tree, self.in_avals, self.out_tree,
+                                  self.out_avals)
 
   def _flat_fun(self, flat):
     """The evaluator for these flat arguments: the program itself, or, for a
@@ -130,7 +148,8 @@ def as_program(program) -> Program:
       f"{type(program).__name__}")
 
 
-def _serialize(program):
+def serialize(program):
+  """(program message bytes, data layout) of a Program or ClosedJaxpr."""
   program = as_program(program)
   return writer.write(program._closed_jaxpr, program.in_tree,  # pylint: disable=protected-access
                       program.out_tree, program.metadata)
@@ -139,12 +158,12 @@ def _serialize(program):
 def dumps(program) -> bytes:
   """The file bytes of a `Program` or a bare `ClosedJaxpr`. Deterministic:
   the same program always gives the same bytes."""
-  return container.to_bytes(*_serialize(program))
+  return container.to_bytes(*serialize(program))
 
 
 def save(path: str | os.PathLike, program) -> None:
   """Writes `program` to `path` atomically (temporary file + rename)."""
-  container.write_file(path, *_serialize(program))
+  container.write_file(path, *serialize(program))
 
 
 def _from_container(data_container: container.Container, check: bool,
