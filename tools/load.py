@@ -1,0 +1,196 @@
+"""jaxpr-load: inspect, check, run and convert a .jaxpr file."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from typing import Sequence
+
+import jax
+import numpy as np
+
+import jaxpr_io
+from jaxpr_io import compat
+from jaxpr_io.tools._common import CliError, run_main, stage
+
+PROG = "jaxpr-load"
+EPILOG = """\
+examples:
+  jaxpr-load model.jaxpr                      # summary
+  jaxpr-load model.jaxpr --check              # checksums + type check, exit 0/1
+  jaxpr-load model.jaxpr --text               # the program as JAX prints it
+  jaxpr-load model.jaxpr --run in.npz --out out.npz
+  jaxpr-load model.jaxpr --to-exported model.exported --platforms cpu,cuda
+  jaxpr-load model.jaxpr --to-saved-model models/model/1
+
+--run reads the inputs from IN.npz as arg0, arg1, ... in flattened input
+order (the summary lists that order with each input's pytree path) and
+writes the outputs to OUT.npz as out0, out1, ... (without --out it prints
+their shapes and first values).
+"""
+
+
+def input_paths(prog) -> list[str]:
+  """Pytree path of each flat input, e.g. `args[0]['w']`, `kwargs['scale']`."""
+  skeleton = jax.tree_util.tree_unflatten(prog.in_tree,
+                                          range(prog.in_tree.num_leaves))
+  paths = []
+  for path, _ in jax.tree_util.tree_flatten_with_path(skeleton)[0]:
+    head, rest = path[0], path[1:]
+    prefix = "args" if getattr(head, "idx", None) == 0 else "kwargs"
+    paths.append(prefix + jax.tree_util.keystr(tuple(rest)))
+  return paths
+
+
+def output_paths(prog) -> list[str]:
+  skeleton = jax.tree_util.tree_unflatten(prog.out_tree,
+                                          range(prog.out_tree.num_leaves))
+  return ["out" + jax.tree_util.keystr(path)
+          for path, _ in jax.tree_util.tree_flatten_with_path(skeleton)[0]]
+
+
+def _walk(closed):
+  """Every distinct jaxpr and closed jaxpr of the program."""
+  seen, jaxprs, consts = set(), [], {}
+  stack = [closed]
+  while stack:
+    j = stack.pop()
+    if type(j) is compat.ClosedJaxpr:
+      for c in j.consts:
+        consts[id(c)] = c
+      j = j.jaxpr
+    if id(j) in seen:
+      continue
+    seen.add(id(j))
+    jaxprs.append(j)
+    for eqn in j.eqns:
+      for v in eqn.params.values():
+        for sub in (v if isinstance(v, tuple) else (v,)):
+          if type(sub) in (compat.Jaxpr, compat.ClosedJaxpr):
+            stack.append(sub)
+  return jaxprs, list(consts.values())
+
+
+def summary(path: str, prog) -> str:
+  closed = prog.closed_jaxpr
+  jaxprs, consts = _walk(closed)
+  counts = collections.Counter(e.primitive.name for j in jaxprs
+                               for e in j.eqns)
+  p = prog.producer
+  lines = [f"file: {path}",
+           f"format version: {p['format_version']} (written by jaxpr_io "
+           f"{p['jaxpr_io_version']}, jax {p['jax_version']}, jaxlib "
+           f"{p['jaxlib_version']})", "inputs:"]
+  for i, (name, aval) in enumerate(zip(input_paths(prog), closed.in_avals)):
+    lines.append(f"  arg{i}: {name}: {aval.str_short()}")
+  lines.append("outputs:")
+  for i, (name, aval) in enumerate(zip(output_paths(prog),
+                                       closed.out_avals)):
+    lines.append(f"  out{i}: {name}: {aval.str_short()}")
+  total = sum(counts.values())
+  lines.append(f"equations: {total} in {len(jaxprs)} jaxprs")
+  for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+    lines.append(f"  {name}: {n}")
+  const_bytes = sum(int(np.asarray(c).nbytes) for c in consts
+                    if not compat.is_key_array(c))
+  lines.append(f"constants: {len(consts)}, {const_bytes:,} bytes")
+  lines.append("metadata:" + ("" if prog.metadata else " (none)"))
+  for key, value in prog.metadata.items():
+    lines.append(f"  {key}: {value}")
+  return "\n".join(lines)
+
+
+def run(prog, in_path: str, out_path: str | None) -> None:
+  closed = prog.closed_jaxpr
+  with np.load(in_path, allow_pickle=False) as data:
+    expected = [f"arg{i}" for i in range(len(closed.in_avals))]
+    missing = [k for k in expected if k not in data.files]
+    if missing:
+      raise CliError(f"{in_path} lacks inputs {', '.join(missing)} (the "
+                     f"program takes {', '.join(expected)})")
+    flat = [data[k] for k in expected]
+  for i, (x, aval) in enumerate(zip(flat, closed.in_avals)):
+    if x.dtype != aval.dtype or len(x.shape) != len(aval.shape) or any(
+        type(d) is int and d != s for d, s in zip(aval.shape, x.shape)):
+      raise CliError(f"input arg{i} has type {x.dtype}{list(x.shape)} but "
+                     f"the program takes {aval.str_short()}")
+  args, kwargs = jax.tree_util.tree_unflatten(prog.in_tree, flat)
+  with stage(PROG, "running"):
+    outs = jax.tree_util.tree_leaves(jax.jit(prog)(*args, **kwargs))
+  outs = [np.asarray(o) for o in outs]
+  if out_path:
+    np.savez(out_path, **{f"out{i}": o for i, o in enumerate(outs)})
+    print(f"wrote {len(outs)} outputs to {out_path}")
+    return
+  for i, (name, o) in enumerate(zip(output_paths(prog), outs)):
+    values = np.array2string(o.reshape(-1)[:6], precision=6)
+    print(f"out{i}: {name}: {o.dtype}{list(o.shape)} {values}"
+          f"{' ...' if o.size > 6 else ''}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog=PROG, description="Inspect, check, run and convert a .jaxpr file.",
+      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("file", metavar="FILE")
+  parser.add_argument("--check", action="store_true",
+                      help="verify checksums and type-check; exit 0 or 1")
+  parser.add_argument("--text", action="store_true",
+                      help="print the program as JAX prints it")
+  parser.add_argument("--run", metavar="IN.npz",
+                      help="evaluate on the inputs arg0, arg1, ... of IN.npz")
+  parser.add_argument("--out", metavar="OUT.npz",
+                      help="with --run: write the outputs out0, out1, ...")
+  parser.add_argument("--to-exported", metavar="OUT",
+                      help="write jax.export bytes to OUT and StableHLO text "
+                      "to OUT.mlir")
+  parser.add_argument("--to-saved-model", metavar="DIR",
+                      help="write a TensorFlow SavedModel (needs tensorflow)")
+  parser.add_argument("--platforms", metavar="P1,P2",
+                      help="lowering platforms for the converters, e.g. "
+                      "cpu,cuda (default: this machine's)")
+  parser.add_argument("--debug", action="store_true", help="show tracebacks")
+  return parser
+
+
+def _main(argv: Sequence[str]) -> int:
+  args = build_parser().parse_args(argv)
+  if args.out and not args.run:
+    raise CliError("--out needs --run")
+  platforms = tuple(args.platforms.split(",")) if args.platforms else None
+  with stage(PROG, f"loading {args.file}"):
+    prog = jaxpr_io.load(args.file, check=args.check)
+  acted = False
+  if args.check:
+    print(f"{args.file}: OK (checksums and JAX type check passed)")
+    acted = True
+  if args.text:
+    print(prog.closed_jaxpr)
+    acted = True
+  if args.run:
+    run(prog, args.run, args.out)
+    acted = True
+  if args.to_exported or args.to_saved_model:
+    from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
+    if args.to_exported:
+      with stage(PROG, f"exporting StableHLO to {args.to_exported}"):
+        converters.save_exported(prog, args.to_exported, platforms=platforms)
+      print(f"wrote {args.to_exported} and {args.to_exported}.mlir")
+    if args.to_saved_model:
+      with stage(PROG, f"writing SavedModel {args.to_saved_model}"):
+        converters.to_saved_model(prog, args.to_saved_model,
+                                  platforms=platforms)
+      print(f"wrote SavedModel {args.to_saved_model}")
+    acted = True
+  if not acted:
+    print(summary(args.file, prog))
+  return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  return run_main(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
