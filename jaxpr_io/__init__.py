@@ -9,6 +9,8 @@ The file format is specified by schema/jaxpr.proto.
 """
 
 from jaxpr_io.errors import FormatError, JaxprIoError, UnsupportedError
+# Modules that register codecs for JAX's non-data params on import.
+from jaxpr_io import sharding as _sharding  # noqa: F401
 from jaxpr_io.program import Program, dumps, load, loads, save, trace
 from jaxpr_io.registry import (register_enum, register_eqn_param_codec,
                                register_named_tuple, register_param_codec,

@@ -168,6 +168,11 @@ class Container:
           f"{source}: part bounds are inconsistent with the file size "
           f"{size} (program at {program_offset}+{program_length}, data at "
           f"{data_offset}+{data_length}); the file is truncated or corrupt")
+    padding = view[program_offset + program_length:data_offset]
+    if any(padding):
+      raise FormatError(f"{source}: the padding before the data section "
+                        f"(offset {program_offset + program_length}) is not "
+                        "zero; the file is corrupt")
     self.program = bytes(view[program_offset:program_offset + program_length])
     if crc32(self.program) != program_crc:
       raise FormatError(f"{source}: program checksum mismatch (bytes "

@@ -28,8 +28,10 @@ from jaxpr_io.errors import FormatError, UnsupportedError
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _MAX_BIG_INT_DIGITS = 4000
-# Records and tuples nest; deeper values are refused on both sides.
-MAX_VALUE_DEPTH = 64
+# Records and tuples nest; deeper values are refused on both sides. Each
+# level is two protobuf messages and protobuf parses at most 100 levels, so
+# the writer must not produce what no reader can parse.
+MAX_VALUE_DEPTH = 32
 
 Encoder = Callable[[Any, Any, Any, int], None]
 

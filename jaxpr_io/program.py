@@ -9,11 +9,17 @@ import jax
 
 from jaxpr_io import compat
 from jaxpr_io import container
+from jaxpr_io import pytrees
 from jaxpr_io import specialize
 from jaxpr_io.compat import symbolic
 from jaxpr_io import reader
 from jaxpr_io import writer
 from jaxpr_io.errors import FormatError, UnsupportedError
+
+
+# `check=True` refuses programs larger than this (counting every use of a
+# shared sub-jaxpr), rather than run JAX's checker for a very long time.
+MAX_CHECKED_EQUATIONS = 2_000_000
 
 
 class Program:
@@ -73,7 +79,6 @@ class Program:
     """
     # Imported here: this method and `signature` are the only parts of this
     # module that use it.
-    from jaxpr_io import pytrees  # pylint: disable=g-import-not-at-top
     flat = pytrees.flatten_call_args(self.in_tree, (args, kwargs))
     return jax.tree_util.tree_unflatten(self.out_tree,
                                         self._flat_fun(flat)(*flat))
@@ -84,7 +89,6 @@ class Program:
     output leaf by its key path, with shape and dtype; the `in_tree` and
     `out_tree` structures; and, for a loaded program, the node types the file
     names that this process lacks and that plain containers stand in for."""
-    from jaxpr_io import pytrees  # pylint: disable=g-import-not-at-top
     return pytrees.signature_text(self.in_tree, self.in_avals, self.out_tree,
                                   self.out_avals)
 
@@ -185,11 +189,20 @@ def _from_container(data_container: container.Container, check: bool,
                     _verify=verify)
   if check:
     program.closed_jaxpr  # pylint: disable=pointless-statement
+    if rd.expanded_size > MAX_CHECKED_EQUATIONS:
+      # JAX's checker re-checks a shared sub-jaxpr at every use: a small file
+      # can expand exponentially.
+      raise FormatError(
+          f"{data_container.source}: the program expands to over "
+          f"{MAX_CHECKED_EQUATIONS:,} equations when shared sub-jaxprs are "
+          "inlined, too many to type-check; load it without check=True")
     try:
       compat.check_jaxpr(closed.jaxpr)
-    except TypeError as e:  # JaxprTypeError is a TypeError
+    except Exception as e:  # pylint: disable=broad-except
+      # JaxprTypeError, and whatever JAX's typecheck rules raise on programs
+      # no tracer would build: all mean the file is not a valid program.
       raise FormatError(f"{data_container.source}: the program does not "
-                        f"type-check: {e}") from None
+                        f"type-check: {type(e).__name__}: {e}") from None
   return program
 
 

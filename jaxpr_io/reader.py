@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
+from jax import numpy as jnp
 
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
@@ -39,10 +40,34 @@ _MEMORY_SPACES = {
 }
 _MAX_RANK = 64
 _MAX_DIM = 1 << 62
+_MAX_DIM_EXPR = 1000
+_MAX_CONSTRAINTS = 100
+_MAX_ZERO_SIZE_ELEMENTS = 1 << 31
+_SIZE_CAP = 1 << 62
 _TYPED_SCALARS = {"int": compat.TypedInt, "float": compat.TypedFloat,
                   "complex": compat.TypedComplex}
 _PYTHON_SCALARS = {"bool": bool, "int": int, "big_int": int,
                    "float": float, "complex": complex}
+
+
+def _scalar_fits(which: str, value, dtype) -> bool:
+  """Whether a Python value of Value-kind `which` can be a scalar of dtype:
+  a bool for bool, an int in range for an integer type, a float for a
+  floating type, a complex for a complex type."""
+  if compat.is_prng_key_dtype(dtype):
+    return False
+  if which == "bool":
+    return dtype == np.bool_
+  if which in ("int", "big_int"):
+    if not jnp.issubdtype(dtype, jnp.integer):
+      return False
+    info = jnp.iinfo(dtype)
+    return int(info.min) <= value <= int(info.max)
+  if which == "float":
+    return jnp.issubdtype(dtype, jnp.floating)
+  if which == "complex":
+    return jnp.issubdtype(dtype, jnp.complexfloating)
+  return False
 
 
 def parse_program(data: bytes, source: str):
@@ -74,12 +99,14 @@ class Reader:
     self._depths: list[int] = []
     self._param_sets: list[Any] = [None] * len(msg.param_sets)
     self._closed: list[Any] = [None] * len(msg.closed_jaxprs)
-    self._closed_depth: list[int] = [0] * len(msg.closed_jaxprs)
     self._primitives: dict[str, Any] = {}
     self._scope = None
     self._dims: dict[str, Any] = {}
     self._source_infos: dict[int, Any] = {}
-    self._depth = 0   # nesting depth of the jaxpr being built
+    # Jaxpr indices referenced by the param set being decoded, for each
+    # jaxpr's nesting depth and its size with shared sub-jaxprs inlined.
+    self._refs: list[int] | None = None
+    self._sizes: list[int] = []
 
   # ------------------------------------------------------------ helpers
   # Errors are raised without a location; the loops that walk the tables
@@ -159,14 +186,23 @@ class Reader:
     """The symbolic dimension `text`, in the program's one scope."""
     dim = self._dims.get(text)
     if dim is None:
+      # JAX's parser and normalizer are superlinear: bound what they get.
+      if len(text) > _MAX_DIM_EXPR:
+        raise FormatError(f"symbolic dimension of {len(text)} characters is "
+                          f"over the limit of {_MAX_DIM_EXPR}")
       if self._scope is None:
+        constraints = self.msg.symbolic_constraints
+        if len(constraints) > _MAX_CONSTRAINTS or any(
+            len(c) > _MAX_DIM_EXPR for c in constraints):
+          raise FormatError("the symbolic constraints are too many or too "
+                            "long")
         try:
-          self._scope = symbolic.new_scope(self.msg.symbolic_constraints)
-        except (ValueError, TypeError) as e:
+          self._scope = symbolic.new_scope(constraints)
+        except (ValueError, TypeError, RecursionError) as e:
           raise FormatError(f"symbolic constraints are invalid: {e}") from None
       try:
         dim = symbolic.parse_dim(text, self._scope)
-      except (ValueError, TypeError) as e:
+      except (ValueError, TypeError, RecursionError) as e:
         raise FormatError(f"symbolic dimension {text!r} does not parse: "
                           f"{e}") from None
       self._dims[text] = dim
@@ -198,9 +234,12 @@ class Reader:
     else:
       data_dtype = aval.dtype
       shape = tuple(aval.shape)
-    nbytes = data_dtype.itemsize
+    if any(type(d) is not int for d in shape):
+      raise FormatError("an array value needs a concrete shape")
+    count = 1
     for d in shape:
-      nbytes *= d
+      count *= d
+    nbytes = count * data_dtype.itemsize
     if which == "inline":
       raw = m.inline
     elif which == "blob":
@@ -210,7 +249,14 @@ class Reader:
     if len(raw) != nbytes:
       raise FormatError(f"array of type {aval.str_short()} needs {nbytes} "
                       f"bytes but has {len(raw)}")
-    data = np.frombuffer(raw, dtype=data_dtype).reshape(shape)
+    if data_dtype.itemsize:
+      data = np.frombuffer(raw, dtype=data_dtype).reshape(shape)
+    elif count <= _MAX_ZERO_SIZE_ELEMENTS:  # float0: no bytes at all
+      data = np.zeros(shape, data_dtype)
+    else:
+      raise FormatError(f"array of type {aval.str_short()} has {count} "
+                        f"elements, over the limit of "
+                        f"{_MAX_ZERO_SIZE_ELEMENTS} for zero-size elements")
     if compat.is_prng_key_dtype(aval.dtype):
       return compat.wrap_key_data(data, compat.key_impl_of(aval.dtype))
     if kind == pb.HostKind["TYPED_NDARRAY"]:
@@ -223,7 +269,11 @@ class Reader:
       return data[()]
     if kind == pb.HostKind["JAX_ARRAY"]:
       import jax  # pylint: disable=g-import-not-at-top
-      value = jax.device_put(data)
+      try:
+        value = jax.device_put(data)
+      except RuntimeError as e:
+        raise FormatError(f"array of type {aval.str_short()} cannot be "
+                          f"placed on a device: {e}") from None
       return compat.weak_jax_array(value) if aval.weak_type else value
     raise FormatError(f"host kind {_KIND_NAMES.get(kind, kind)} does not fit "
                     "array data")
@@ -233,8 +283,12 @@ class Reader:
     value = params.decode_value(self, value_msg)
     if aval.shape:
       raise FormatError("a scalar value needs a rank-0 type")
+    dtype = aval.dtype
+    if not _scalar_fits(which, value, dtype):
+      raise FormatError(f"a Python {which} value {value!r} cannot be a "
+                        f"scalar of type {aval.str_short()}")
     if kind == pb.HostKind["TYPED_SCALAR"] and which in _TYPED_SCALARS:
-      return _TYPED_SCALARS[which](value, aval.dtype)
+      return _TYPED_SCALARS[which](value, dtype)
     if kind == pb.HostKind["PYTHON_SCALAR"] and which in _PYTHON_SCALARS:
       return value
     raise FormatError(f"host kind {_KIND_NAMES.get(kind, kind)} cannot hold a "
@@ -302,7 +356,7 @@ class Reader:
     entry = self._param_sets[self._index(i, len(self._param_sets),
                                          "param set")]
     if entry is None:
-      depth, self._depth = self._depth, 0
+      outer_refs, self._refs = self._refs, []
       values: dict[str, Any] = {}
       coded = []
       for p in self.msg.param_sets[i].params:
@@ -328,15 +382,13 @@ class Reader:
         except _DECODE_ERRORS as e:
           raise FormatError(f"param set {i}, param {key!r}: "
                             f"{_describe_error(e)}") from None
-      entry = self._param_sets[i] = (name, values, self._depth)
-      self._depth = max(depth, self._depth)
-    else:
-      self._depth = max(self._depth, entry[2])
+      entry = self._param_sets[i] = (name, values, tuple(self._refs))
+      self._refs = outer_refs
     if entry[0] != name and any(
         (entry[0], key) in registry.EQN_PARAM_CODECS for key in entry[1]):
       raise FormatError(f"param set {i} holds params coded for "
                         f"{entry[0]!r} but is used by {name!r}")
-    return dict(entry[1])
+    return dict(entry[1]), entry[2]
 
   def source_info(self, i: int):
     """Shared `SourceInfo` (no traceback) per name stack index."""
@@ -354,7 +406,8 @@ class Reader:
           f"jaxpr index {i} does not refer to an earlier jaxpr (only "
           f"{len(self.jaxprs)} are built); sub-jaxprs must precede their "
           "users")
-    self._depth = max(self._depth, self._depths[i] + 1)
+    if self._refs is not None:
+      self._refs.append(i)
     return self.jaxprs[i]
 
   def closed_jaxpr(self, i: int):
@@ -363,7 +416,6 @@ class Reader:
       m = self.msg.closed_jaxprs[i]
       try:
         jaxpr = self.jaxpr(m.jaxpr)
-        self._closed_depth[i] = self._depths[m.jaxpr]
         if len(m.consts) != len(jaxpr.constvars):
           raise FormatError(f"{len(m.consts)} constants for "
                           f"{len(jaxpr.constvars)} constvars")
@@ -378,21 +430,29 @@ class Reader:
       except FormatError as e:
         raise FormatError(f"closed jaxpr {i}: {e}") from None
       self._closed[i] = compat.ClosedJaxpr(jaxpr, consts)
-    else:
-      self._depth = max(self._depth, self._closed_depth[i] + 1)
+    elif self._refs is not None:
+      self._refs.append(self.msg.closed_jaxprs[i].jaxpr)
     return self._closed[i]
 
   def build_jaxprs(self) -> None:
     for i, m in enumerate(self.msg.jaxprs):
-      self._depth = 1
+      decoder = _JaxprDecoder(self, m)
       try:
-        self.jaxprs.append(_JaxprDecoder(self, m).decode())
+        self.jaxprs.append(decoder.decode())
       except FormatError as e:
         raise FormatError(f"jaxpr {i}: {e}") from None
-      if self._depth > MAX_JAXPR_DEPTH:
-        raise FormatError(f"jaxpr {i} nests {self._depth} levels deep, over "
-                          f"the limit of {MAX_JAXPR_DEPTH}")
-      self._depths.append(self._depth)
+      depth = 1 + max((self._depths[j] for j in decoder.refs), default=0)
+      if depth > MAX_JAXPR_DEPTH:
+        raise FormatError(f"jaxpr {i} nests {depth} levels deep, over the "
+                          f"limit of {MAX_JAXPR_DEPTH}")
+      self._depths.append(depth)
+      self._sizes.append(min(decoder.size, _SIZE_CAP))
+
+  @property
+  def expanded_size(self) -> int:
+    """Equations of the root program with every use of a shared sub-jaxpr
+    counted (what a recursive walk such as JAX's type checker visits)."""
+    return self._sizes[self.msg.closed_jaxprs[self.msg.root].jaxpr]
 
   def effect(self, m, env):
     name = self.string(m.name)
@@ -422,6 +482,8 @@ class _JaxprDecoder:
     self.r = reader
     self.msg = msg
     self.env: list[Any] = []
+    self.refs: list[int] = []   # sub-jaxprs referenced by the equations
+    self.size = 0               # equations, sub-jaxprs inlined
 
   def bind(self, aval_index: int, cls=compat.Var):
     var = cls(self.r.aval(aval_index))
@@ -502,7 +564,11 @@ class _JaxprDecoder:
       except IndexError:
         raise FormatError("an output's aval index is out of range") from None
     env.extend(outvars)
-    values = r.param_set(e.param_set, name)
+    values, refs = r.param_set(e.param_set, name)
+    if refs:
+      self.refs.extend(refs)
+      self.size += sum(r._sizes[j] for j in refs)  # pylint: disable=protected-access
+    self.size += 1
     validate.check_equation(name, prim, len(invars), n_out, values)
     return compat.new_eqn(invars, outvars, prim, values,
                           self.effects(e.effects) if e.effects
@@ -513,6 +579,7 @@ class _JaxprDecoder:
 # Exceptions that malformed input can provoke inside JAX's constructors or
 # ours; they become FormatErrors that say where they happened.
 _DECODE_ERRORS = (FormatError, ArithmeticError, LookupError, TypeError,
+                  RuntimeError,
                   ValueError, AttributeError, AssertionError)
 
 

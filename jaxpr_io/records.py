@@ -63,7 +63,7 @@ def decode_unconstrained(fields):
 
 def encode_partition_spec(spec) -> tuple:
   """Fields: (partitions: tuple, unreduced: frozenset, reduced: frozenset)."""
-  return (tuple(spec), spec.unreduced, spec.reduced)
+  return (tuple(spec.partitions), spec.unreduced, spec.reduced)
 
 
 def decode_partition_spec(fields):
@@ -96,20 +96,37 @@ def decode_abstract_mesh(fields):
 
 
 def _local_devices(platform: str | None, ids: tuple[int, ...]) -> list:
-  """Devices of this process for stored (platform, ids), re-bound if needed."""
+  """Devices of this process for stored (platform, ids), re-bound if needed.
+
+  The same ids if they all exist here. Otherwise id `i` maps to local device
+  `i mod n` (so a stored id gets the same device in every record of the
+  file), falling back to rank order when that collides; either way a mesh
+  keeps its device order.
+  """
+  if platform is not None and type(platform) is not str:
+    raise FormatError(f"device platform {platform!r} is not a string")
+  if any(type(i) is not int or i < 0 for i in ids):
+    raise FormatError(f"device ids {ids!r} are not non-negative ints")
+  if len(set(ids)) != len(ids):
+    raise FormatError(f"device ids {ids!r} repeat")
   try:
     devices = jax.devices(platform) if platform else jax.devices()
   except RuntimeError:
     devices = jax.devices()
+  if len(ids) > len(devices):
+    raise FormatError(
+        f"the program needs {len(ids)} devices but this process has "
+        f"{len(devices)} ({devices[0].platform}); on a CPU, set "
+        f"XLA_FLAGS=--xla_force_host_platform_device_count={len(ids)}")
   by_id = {d.id: d for d in devices}
   if all(i in by_id for i in ids):
     return [by_id[i] for i in ids]
-  if len(ids) <= len(devices):
-    return list(devices[:len(ids)])
-  raise FormatError(
-      f"the program needs {len(ids)} devices but this process has "
-      f"{len(devices)} ({devices[0].platform}); on a CPU, set "
-      f"XLA_FLAGS=--xla_force_host_platform_device_count={len(ids)}")
+  local = sorted(devices, key=lambda d: d.id)
+  picked = [local[i % len(local)] for i in ids]
+  if len({d.id for d in picked}) != len(picked):
+    rank = {i: k for k, i in enumerate(sorted(ids))}
+    picked = [local[rank[i]] for i in ids]
+  return picked
 
 
 def encode_mesh(mesh) -> tuple:

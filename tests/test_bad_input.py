@@ -39,6 +39,7 @@ from google.protobuf import descriptor as pb_descriptor
 import jaxpr_io
 from jaxpr_io import _proto as pb
 from jaxpr_io import container
+from jaxpr_io import dtypes as io_dtypes
 
 FormatError = jaxpr_io.FormatError
 FORMAT_VERSION = jaxpr_io.FORMAT_VERSION
@@ -214,6 +215,12 @@ def _misc(x):
   return r + c + d + g + s, jnp.sort(x), jnp.argmax(x), jnp.cumsum(x)
 
 
+def _symbolic(x):
+  """Symbolic shapes: `Dim.expr`, dimension-valued params, constraints."""
+  y = x.reshape(-1) * 2.0
+  return jnp.sum(y) + x[0, 0], jnp.concatenate([y, y])
+
+
 @functools.cache
 def sample_files() -> dict[str, bytes]:
   f32 = jnp.float32
@@ -226,6 +233,9 @@ def sample_files() -> dict[str, bytes]:
       jax.grad(_grad_scan), params, jnp.arange(4.0, dtype=f32)))
   files["misc"] = jaxpr_io.dumps(jaxpr_io.trace(
       _misc, jnp.arange(4.0, dtype=f32)))
+  (b,) = jax.export.symbolic_shape("b", constraints=("b >= 2",))
+  files["symbolic"] = jaxpr_io.dumps(jaxpr_io.trace(
+      _symbolic, jax.ShapeDtypeStruct((b, 4), f32)))
   key = jax.random.key(0)
   files["prng_key"] = jaxpr_io.dumps(jaxpr_io.trace(
       lambda x: x + jax.random.normal(key, (3,)), jnp.ones(3, f32)))
@@ -635,11 +645,82 @@ def test_invalid_dimension(dim):
                   rf"aval dimension\W.*{dim}\s*is not a valid size")
 
 
-def test_symbolic_dimension_not_supported():
+def _symbolic_input(text: str, constraints=()):
+  """The small program with its input's dimension the symbolic expression
+  `text` (a string-table entry), under `constraints`."""
   def mutate(m):
-    m.avals[0].shaped_array.shape.add().expr = 0
+    m.strings.append(text)
+    root = root_jaxpr(m)
+    aval = m.avals.add()
+    aval.CopyFrom(m.avals[root.invars[0]])
+    aval.shaped_array.shape[0].expr = len(m.strings) - 1
+    root.invars[0] = len(m.avals) - 1
+    if constraints:
+      m.symbolic_constraints.extend(constraints)
+  return mutated(small(), mutate)
+
+
+_NOT_A_DIM = r"does not parse|not a valid size|over the limit"
+
+
+def test_symbolic_dimension_string_index_out_of_range():
+  def mutate(m):
+    m.avals[0].shaped_array.shape.add().expr = 99999
   assert_rejected(mutated(small(), mutate),
-                  r"aval dimension\W[\s\S]*is not a valid size")
+                  r"string index 99999 is out of range|not a valid size")
+
+
+@pytest.mark.parametrize("text", ["", "+-*/", "b c", "b\x00", "9" * 5000,
+                                  "import os", "__import__('os')"])
+def test_symbolic_dimension_does_not_parse(text):
+  assert_rejected(_symbolic_input(text), _NOT_A_DIM)
+
+
+@pytest.mark.parametrize("text", [
+    "(" * 10_000 + "b" + ")" * 10_000,
+    "max(" * 2_000 + "b" + ", 1)" * 2_000,
+    "mod(" * 500 + "b" + ", 3)" * 500,
+], ids=["parentheses", "max", "mod"])
+def test_symbolic_dimension_nesting_bomb(text):
+  assert_rejected(_symbolic_input(text),
+                  rf"nests too deeply|too long|{_NOT_A_DIM}", seconds=10)
+
+
+def test_symbolic_dimension_length_bomb():
+  """A 100 KB expression of 16,000 distinct variables: JAX's parser and
+  normalizer take time superlinear in its length, so the reader must bound
+  it rather than hand it over (or the load takes hours)."""
+  text = "+".join(f"v{i}" for i in range(16_000))
+  data = _symbolic_input(text)
+  assert len(data) < 200_000
+  with deadline(10), memory_bound(50 << 20):
+    try:
+      load_fully(data)
+    except FormatError:
+      pass
+
+
+@pytest.mark.parametrize("constraints", [
+    ("b >= ",), ("b", ), ("b >= 2 >= 1",), ("os.system('x')",),
+    ("(" * 10_000 + "b" + ")" * 10_000 + " >= 2",),
+])
+def test_symbolic_constraints_invalid(constraints):
+  assert_rejected(_symbolic_input("b", constraints),
+                  rf"symbolic constraints are (?:invalid|too many)|nests too deeply"
+                  rf"|{_NOT_A_DIM}", seconds=10)
+
+
+def test_constant_with_symbolic_shape():
+  """Array data has a known size; a constant of symbolic shape cannot."""
+  def mutate(m):
+    m.strings.append("b")
+    const = m.arrays[m.closed_jaxprs[m.root].consts[0]]
+    aval = m.avals.add()
+    aval.CopyFrom(m.avals[const.aval])
+    aval.shaped_array.shape[0].expr = len(m.strings) - 1
+    const.aval = len(m.avals) - 1
+  assert_rejected(mutated(small(), mutate),
+                  rf"array \d+: .*(symbolic|needs .*b bytes|concrete shape)|{_NOT_A_DIM}")
 
 
 def test_rank_too_high():
@@ -978,7 +1059,7 @@ def _retype_const(m, dtype: int, kind: int) -> None:
   itemsize = {"PRNG_KEY": 8, "FLOAT0": 0}.get(
       _DTYPE_NAMES[dtype], None)
   if itemsize is None:
-    itemsize = np.dtype(jaxpr_io.dtypes.ENUM_TO_DTYPE[dtype]).itemsize
+    itemsize = np.dtype(io_dtypes.ENUM_TO_DTYPE[dtype]).itemsize
   if dtype == pb.DType["PRNG_KEY"]:
     m.strings.append("threefry2x32")
     aval.shaped_array.dtype.key_impl = len(m.strings) - 1
@@ -992,7 +1073,6 @@ _DTYPE_NAMES = {v: k for k, v in pb.DType.items()}
 def test_every_dtype_and_host_kind(dtype):
   """A constant of each dtype in each host kind (most of them invalid for a
   constvar): loading and check=True give a program or a FormatError."""
-  import jaxpr_io.dtypes  # pylint: disable=g-import-not-at-top,unused-import
   failures = []
   for kind_name, kind in sorted(pb.HostKind.items()):
     data = mutated(small(),
@@ -1038,7 +1118,7 @@ def test_python_scalar_does_not_fit_its_dtype(dtype, value):
   is data that does not match its declared type."""
   assert_rejected(_python_scalar_literal(dtype, value),
                   r"array \d+: .*(?i:does not fit|out of range|cannot hold"
-                  r"|overflow|needs)")
+                  r"|cannot be a scalar|overflow|needs)")
 
 
 def _set_param(primitive: str, name: str, set_value):
@@ -1203,6 +1283,22 @@ def test_nesting_depth_bomb_pytree(depth):
                   r"|pytree nests deeper than", seconds=20)
 
 
+@pytest.mark.parametrize("depth", [60, 120])
+def test_nesting_the_writer_accepts_is_readable(depth):
+  """The depth limits that stop bombs must not stop real files: a pytree
+  the writer accepts must load (protobuf's parser has its own depth limit
+  of 100 messages, below the writer's pytree limit)."""
+  x = jnp.float32(1)
+  for _ in range(depth):
+    x = (x,)
+  try:
+    data = jaxpr_io.dumps(jaxpr_io.trace(lambda t: 1.0, x))
+  except jaxpr_io.UnsupportedError:
+    return   # the writer refuses it: consistent
+  prog = load_fully(data)
+  assert prog.in_tree == jax.tree_util.tree_structure(((x,), {}))
+
+
 def test_nesting_depth_bomb_raw_wire():
   """100,000 nested length-delimited Value.tuple fields written by hand."""
   depth = 100_000
@@ -1244,7 +1340,7 @@ def _varint(n: int) -> bytes:
 # ===================================================================== fuzz
 _EXAMPLES = int(os.environ.get("JAXPR_IO_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(
-    max_examples=_EXAMPLES or 60,
+    max_examples=_EXAMPLES or 150,
     deadline=None,
     derandomize=not _EXAMPLES,
     database=None,
@@ -1271,7 +1367,7 @@ def assert_loads_or_format_error(data: bytes) -> None:
 
 
 _names = st.sampled_from(sorted(["control_flow", "small", "grad_pytree",
-                                 "prng_key", "misc"]))
+                                 "prng_key", "misc", "symbolic"]))
 
 
 def _byte_mutation(data: st.DataObject, buf: bytes) -> bytes:
