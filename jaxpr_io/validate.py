@@ -77,6 +77,7 @@ ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
     "core_call": _call("call_jaxpr"),
     "checkpoint": _call("jaxpr"),
     "remat": _call("jaxpr"),
+    "remat2": _call("jaxpr"),
     "scan": _call("jaxpr"),
     "custom_jvp_call": _call("call_jaxpr"),
     "custom_vjp_call": _call("call_jaxpr"),

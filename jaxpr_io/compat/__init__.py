@@ -244,7 +244,7 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.io_callback.ordered",
                       "jax._src.callback:_OrderedIOEffect"),
                      ("jax.io_callback.unordered",
-                      "jax._src.callback:_UnorderedIOEffect"),
+                      "jax._src.callback:_IOEffect"),
                      ("jax.internal_mutable_array",
                       "jax._src.core:internal_mutable_array_effect")):
   _module_name, _attr = _path.split(":")
