@@ -264,16 +264,17 @@ class Writer:
     return index
 
   def _blob(self, data: np.ndarray) -> int:
-    view = memoryview(data).cast("B")
+    # As bytes: the buffer protocol has no format for ml_dtypes' types.
+    view = memoryview(data.reshape(-1).view(np.uint8))
     checksum = container.crc32(view)
     candidates = self._blobs.setdefault((data.nbytes, checksum), [])
     for index in candidates:
-      if memoryview(self._blob_data[index]).cast("B") == view:
+      if memoryview(self._blob_data[index]) == view:
         return index
     index = len(self.msg.blobs)
     offset = self.layout.add(view)
     self.msg.blobs.add(offset=offset, length=data.nbytes, crc32=checksum)
-    self._blob_data.append(data)
+    self._blob_data.append(view)
     candidates.append(index)
     return index
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxpr_io
 from jaxpr_io import compat
@@ -53,3 +55,32 @@ def assert_roundtrip(program, *, check: bool = True):
   assert normalized_text(loaded.closed_jaxpr) == normalized_text(original)
   assert jaxpr_io.dumps(loaded) == data, "re-dump changed the bytes"
   return loaded
+
+
+def scalar(out):
+  """The sum of every (non-key) output, as float32: a loss for grad."""
+  return sum(jnp.sum(leaf.astype(jnp.float32))
+             for leaf in jax.tree_util.tree_leaves(out)
+             if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key))
+
+
+def ones_like(tree):
+  """Tangents of ones (float0 zeros for integer and key inputs)."""
+  def one(a):
+    dtype = jnp.asarray(a).dtype
+    if jnp.issubdtype(dtype, jnp.inexact):
+      return np.ones(np.shape(a), dtype)
+    return np.zeros(np.shape(a), jax.dtypes.float0)
+  return jax.tree_util.tree_map(one, tree)
+
+
+def assert_same_outcome(transform, original, loaded, *args):
+  """`transform(loaded)(*args)` is bit-identical to `transform(original)`,
+  or fails with the same exception type."""
+  try:
+    expected = jax.jit(transform(original))(*args)
+  except Exception as e:  # pylint: disable=broad-except
+    with pytest.raises(type(e)):
+      jax.jit(transform(loaded))(*args)
+    return
+  assert_bit_identical(jax.jit(transform(loaded))(*args), expected)

@@ -14,35 +14,8 @@ import pytest
 
 import jaxpr_io
 from tests.programs import PROGRAMS
-from tests.roundtrip import assert_bit_identical, assert_roundtrip
-
-
-def _scalar(out):
-  return sum(jnp.sum(leaf.astype(jnp.float32))
-             for leaf in jax.tree_util.tree_leaves(out)
-             if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key))
-
-
-def _ones_like(tree):
-  """Tangents of ones (float0 zeros for integer and key inputs)."""
-  def one(a):
-    dtype = jnp.asarray(a).dtype
-    if jnp.issubdtype(dtype, jnp.inexact):
-      return np.ones(np.shape(a), dtype)
-    return np.zeros(np.shape(a), jax.dtypes.float0)
-  return jax.tree_util.tree_map(one, tree)
-
-
-def assert_same_outcome(transform, original, loaded, *args):
-  """`transform(loaded)(*args)` is bit-identical to `transform(original)`,
-  or fails with the same exception type."""
-  try:
-    expected = jax.jit(transform(original))(*args)
-  except Exception as e:  # pylint: disable=broad-except
-    with pytest.raises(type(e)):
-      jax.jit(transform(loaded))(*args)
-    return
-  assert_bit_identical(jax.jit(transform(loaded))(*args), expected)
+from tests.roundtrip import (assert_roundtrip, assert_same_outcome, ones_like,
+                             scalar)
 
 
 @pytest.fixture(scope="module", params=sorted(PROGRAMS))
@@ -71,16 +44,16 @@ def test_outputs(case):
 def test_grad(case):
   _, args, kwargs, original, loaded = case
   assert_same_outcome(
-      lambda p: jax.grad(lambda a0, *rest: _scalar(p(a0, *rest, **kwargs))),
+      lambda p: jax.grad(lambda a0, *rest: scalar(p(a0, *rest, **kwargs))),
       original, loaded, *args)
 
 
 def test_second_order(case):
   _, args, kwargs, original, loaded = case
-  tangent = _ones_like(args[0])
+  tangent = ones_like(args[0])
 
   def hvp(p):
-    g = jax.grad(lambda a0, *rest: _scalar(p(a0, *rest, **kwargs)))
+    g = jax.grad(lambda a0, *rest: scalar(p(a0, *rest, **kwargs)))
     return lambda a0, *rest: jax.jvp(lambda v: g(v, *rest), (a0,),
                                      (tangent,))[1]
   assert_same_outcome(hvp, original, loaded, *args)
@@ -88,7 +61,7 @@ def test_second_order(case):
 
 def test_jvp(case):
   _, args, kwargs, original, loaded = case
-  tangent = _ones_like(args[0])
+  tangent = ones_like(args[0])
 
   def jvp(p):
     return lambda a0, *rest: jax.jvp(lambda v: p(v, *rest, **kwargs), (a0,),
