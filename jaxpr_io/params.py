@@ -332,6 +332,17 @@ DECODERS: dict[str, Callable[[Any, Any, int], Any]] = {
 }
 
 
+def register_value_encoder(cls: type, encoder: Encoder) -> None:
+  """Adds an encoder that works against the writer itself, for the internal
+  value types of jaxpr_io's own codecs (e.g. custom_rules' rule
+  definitions, which must run code around writing their jaxprs). Values of
+  such types only ever appear inside what a param codec returns."""
+  if cls in ENCODERS:
+    raise ValueError(f"{cls.__qualname__} already has the encoder "
+                     f"{ENCODERS[cls].__name__}")
+  ENCODERS[cls] = encoder
+
+
 def _describe(v) -> str:
   t = type(v)
   return f"{t.__module__}.{t.__qualname__}"

@@ -66,6 +66,25 @@ def numerics(x):
   return (b * b).astype(jnp.float32) + i4.astype(jnp.float32) + noise
 
 
+@jax.custom_vjp
+def _clip_gradient(x):
+  return x
+
+
+_clip_gradient.defvjp(lambda x: (x, None),
+                      lambda _, g: (jnp.clip(g, -0.1, 0.1),))
+
+
+def custom_rules(x):
+  # relu and softplus are custom_jvp; _clip_gradient is a custom_vjp.
+  h = jax.nn.relu(x) + jax.nn.softplus(x)
+  return jnp.sum(_clip_gradient(h) ** 2)
+
+
+def custom_rules_grad(x):
+  return jax.grad(custom_rules)(x)
+
+
 CASES = {
     "mlp_constants": (closed_mlp, (_rng.randn(4, 6).astype(np.float32),), {}),
     "control_flow": (control_flow, (_rng.randn(5, 3).astype(np.float32),
@@ -75,6 +94,9 @@ CASES = {
                                          3: _rng.randn(3).astype(np.float32)}},),
                   {"mode": np.float32(3.0)}),
     "numerics": (numerics, (_rng.randn(8).astype(np.float32),), {}),
+    "custom_rules": (custom_rules, (_rng.randn(6).astype(np.float32),), {}),
+    "custom_rules_grad": (custom_rules_grad,
+                          (_rng.randn(6).astype(np.float32),), {}),
 }
 
 

@@ -1,0 +1,91 @@
+"""JAX internals for custom differentiation rules (`jax.custom_jvp`,
+`jax.custom_vjp`).
+
+A `custom_jvp_call` equation holds its JVP rule as `jvp_jaxpr_fun`, a
+memoized `lu.WrappedFun` mapping a pattern of symbolic-zero tangents to
+`(jaxpr, consts, out_zeros)`; a `custom_vjp_call` equation holds
+`fwd_jaxpr_thunk` (pattern of perturbed inputs -> `(jaxpr, consts)`), `bwd`
+(an `lu.WrappedFun` over residuals and output cotangents returning input
+cotangents, some of them `ad.Zero`) and `out_trees` (a thunk returning
+`(out_tree, res_tree, input_fwds)`). They are made by
+`DynamicJaxprTrace.process_custom_jvp_call`/`process_custom_vjp_call` in
+jax/_src/interpreters/partial_eval.py and called by `lift_jvp`, `lift_fwd`
+and `_handle_consts_in_bwd` in jax/_src/custom_derivatives.py, by
+`_custom_lin_transpose` in jax/_src/interpreters/ad.py and by the batching
+rules in jax/_src/interpreters/batching.py. This module is the only place
+that touches those JAX 0.10 internals; `jaxpr_io.custom_rules` builds on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+from jax._src import ad_util
+from jax._src import core
+from jax._src import custom_derivatives
+from jax._src import linear_util as lu
+from jax._src.interpreters import partial_eval as pe
+
+custom_jvp_call_p = custom_derivatives.custom_jvp_call_p
+custom_vjp_call_p = custom_derivatives.custom_vjp_call_p
+
+WrappedFun = lu.WrappedFun
+DebugInfo = lu.DebugInfo
+# The zero a bwd rule's flattened result holds for "no cotangent" ...
+Zero = ad_util.Zero
+# ... and the zero user-facing rules see with `symbolic_zeros=True`.
+SymbolicZero = ad_util.SymbolicZero
+
+
+def wrap_init(f: Callable, debug_info) -> WrappedFun:
+  """`f` as a `WrappedFun` with no transformations, as JAX wraps its rules."""
+  return lu.wrap_init(f, debug_info=debug_info)
+
+
+def is_plain_wrapped(value) -> bool:
+  """Whether `value` is a `WrappedFun` that only calls its `f` (no
+  transformations, params or stores), so `value.f` is the whole function."""
+  return (type(value) is lu.WrappedFun and not value.transforms
+          and not value.params and not value.stores)
+
+
+def eval_jaxpr(jaxpr, consts, *args) -> list:
+  return core.eval_jaxpr(jaxpr, consts, *args)
+
+
+def zeros_like_aval(aval):
+  return ad_util.zeros_like_aval(aval)
+
+
+def is_tracer(x) -> bool:
+  return isinstance(x, core.Tracer)
+
+
+def is_zero(x) -> bool:
+  """Whether `x` is a symbolic zero of either kind."""
+  return type(x) is Zero or type(x) is SymbolicZero
+
+
+def trace_flat(f: Callable, in_avals: Sequence[Any], debug_info):
+  """`(jaxpr, consts)` of `f(*tracers)` for tracers of types `in_avals`;
+  `f` returns a flat list. Traced outside any enclosing transformation, as
+  JAX's own rule thunks (`pe._memoize`) trace."""
+  fun = lu.wrap_init(f, debug_info=debug_info.with_unknown_names())
+  with core.set_current_trace(None):
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(fun, list(in_avals))
+  return jaxpr, list(consts)
+
+
+def dce_jaxpr(jaxpr, used_outputs: Sequence[bool]):
+  """JAX's dead-code elimination of `jaxpr` (`pe.dce_jaxpr`, keeping every
+  input). Its rules for the two primitives wrap the equations' rules in
+  new callables that reuse the rule jaxprs' equations; tests use it to make
+  such equations from loaded programs."""
+  new_jaxpr, _ = pe.dce_jaxpr(jaxpr, list(used_outputs), instantiate=True)
+  return new_jaxpr
+
+
+def flat_treedef(num_leaves: int):
+  """A tuple treedef of `num_leaves` leaves."""
+  return jax.tree_util.tree_structure((0,) * num_leaves)
