@@ -9,11 +9,17 @@ models beyond GraphDef's 2 GiB limit can be saved. The computation itself is
 one `XlaCallModule` op carrying StableHLO (jax2tf's native serialization);
 TensorFlow Serving must run with `--xla_cpu_compilation_enabled=true` to
 execute it on a CPU.
+
+Limitation: TensorFlow's XLA does not have jaxlib's LAPACK custom calls, so
+programs using the LAPACK-backed `jnp.linalg` functions on the CPU (solve,
+solve_triangular, cholesky, eigh, svd, qr, lu, det, inv) cannot become SavedModels; they are
+refused with UnsupportedError (use `to_exported`, which runs them).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Sequence
 
 import numpy as np
@@ -21,6 +27,7 @@ import numpy as np
 from jaxpr_io import compat
 from jaxpr_io.compat import symbolic
 from jaxpr_io.converters._common import as_program
+from jaxpr_io.converters.stablehlo import to_exported
 from jaxpr_io.errors import UnsupportedError
 
 
@@ -32,6 +39,27 @@ def _import_tf():
     raise ImportError(
         "to_saved_model needs TensorFlow: pip install 'jaxpr_io[tf]'") from e
   return tf, jax2tf
+
+
+# Custom-call targets that jaxlib registers with its own XLA but that
+# TensorFlow's XLA does not have: a SavedModel using them would save fine
+# and fail at serving time, so refuse it up front.
+_NOT_IN_TF = re.compile(r'(?:custom_call @|call_target_name = ")(lapack_\w+)')
+
+
+def _check_runnable_in_tf(prog, platforms) -> None:
+  if platforms and "cpu" not in platforms:
+    return
+  text = to_exported(prog, platforms=("cpu",)).mlir_module()
+  targets = sorted(set(_NOT_IN_TF.findall(text)))
+  if targets:
+    raise UnsupportedError(
+        "the program calls jaxlib's LAPACK kernels "
+        f"({', '.join(targets)}), which TensorFlow's XLA cannot run on a "
+        "CPU; ship it as StableHLO with converters.to_exported / "
+        "save_exported instead, or avoid the LAPACK-backed jnp.linalg "
+        "functions (solve, solve_triangular, cholesky, eigh, svd, qr, lu, "
+        "det, inv)")
 
 
 def _poly_spec(aval) -> str | None:
@@ -59,6 +87,7 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
   """
   tf, jax2tf = _import_tf()
   prog = as_program(program)
+  _check_runnable_in_tf(prog, platforms)
   closed = prog.closed_jaxpr
   jaxpr, consts = closed.jaxpr, closed.consts
   in_avals = closed.in_avals

@@ -97,3 +97,15 @@ def linalg():
     return x.sum() + chol.sum() + w.sum() + s.sum() + (q @ r).sum() + \
         sign * logdet
   return f, np.random.RandomState(2).randn(5, 5).astype(np.float32)
+
+
+def linalg_hlo():
+  """jnp.linalg / jax.scipy.linalg functions that lower to plain HLO on the
+  CPU (no LAPACK custom calls): what a SavedModel can carry."""
+  def f(a):
+    v = jnp.linalg.vecdot(a, a)
+    return (jnp.linalg.norm(a) + jnp.linalg.matrix_power(a, 3).sum()
+            + jnp.linalg.norm(a, ord=1) + jnp.linalg.vector_norm(v)
+            + jnp.trace(jnp.linalg.multi_dot([a, a.T, a]))
+            + jnp.linalg.matrix_norm(jnp.linalg.outer(v, v)))
+  return f, np.random.RandomState(3).randn(5, 5).astype(np.float32)
