@@ -126,7 +126,9 @@ SERVE = textwrap.dedent("""
 
 
 def run(*cmd):
-  print("$", " ".join(cmd))
+  shown = ["<serve script>" if i and cmd[i - 1] == "-c" else part
+           for i, part in enumerate(cmd)]
+  print("$", " ".join(shown))
   proc = subprocess.run(cmd, capture_output=True, text=True)
   if proc.returncode:
     sys.exit(f"command failed ({proc.returncode}):\n{proc.stderr}")
