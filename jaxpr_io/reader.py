@@ -329,9 +329,12 @@ class Reader:
         except (TypeError, ValueError):
           raise FormatError("xla_metadata is not a tuple of pairs") from None
       ctx = self._contexts[i] = compat.new_eqn_context(
-          compute_type, m.threefry_partitionable, mesh,
-          m.remove_size_one_mesh_axis,
-          None if xla_metadata is None else tuple(sorted(xla_metadata.items())))
+          compute_type=compute_type,
+          threefry_partitionable=m.threefry_partitionable,
+          cur_abstract_mesh=mesh,
+          remove_size_one_mesh_axis=m.remove_size_one_mesh_axis,
+          xla_metadata=None if xla_metadata is None
+          else tuple(sorted(xla_metadata.items())))
     return ctx
 
   def name_stack(self, i: int):

@@ -114,12 +114,18 @@ def jax_array_types() -> tuple[type, ...]:
   return (array.ArrayImpl,)
 
 
-def new_eqn_context(compute_type, threefry_partitionable, cur_abstract_mesh,
-                    remove_size_one_mesh_axis, xla_metadata):
-  """An interned `JaxprEqnContext` with exactly these fields."""
-  return core.JaxprEqnContext._create(  # pylint: disable=protected-access
-      compute_type, threefry_partitionable, cur_abstract_mesh,
-      remove_size_one_mesh_axis, xla_metadata)
+# The context's fields, in the order `_create` takes them.
+_EQN_CONTEXT_FIELDS = tuple(f for f in core.JaxprEqnContext.__slots__
+                            if f not in ("configs", "__weakref__"))
+
+
+def new_eqn_context(**fields):
+  """An interned `JaxprEqnContext` with these fields; a field that a newer JAX
+  added (and the file cannot hold) takes its value in the default context."""
+  default = core.current_jaxpr_eqn_context()
+  return core.JaxprEqnContext._create(*(  # pylint: disable=protected-access
+      fields[f] if f in fields else getattr(default, f)
+      for f in _EQN_CONTEXT_FIELDS))
 
 
 def new_jaxpr(constvars, invars, outvars, eqns, effects, debug_info, is_high):

@@ -16,6 +16,7 @@ factory again. The factory names are JAX's public names in
 from __future__ import annotations
 
 import types
+import warnings
 from typing import Any
 
 from jax._src import ad_checkpoint
@@ -116,12 +117,18 @@ def _check_free_vars(name, code, free_vars) -> None:
 
 
 # Code object of each factory's inner function -> public name. Checked at
-# import, so a JAX release that changes a factory fails loudly here rather
-# than storing the wrong arguments.
+# import: in a JAX release that changed a factory, policies it makes are not
+# recognized (so never stored with the wrong arguments; `dumps` refuses them)
+# and a warning says this table needs updating. Reading still works: it only
+# calls the factory.
 _CODE_TO_FACTORY: dict[types.CodeType, str] = {}
 for _name, (_factory, _free_vars, _) in _CLOSURE_FACTORIES.items():
-  _code = _inner_code(_factory)
-  _check_free_vars(_name, _code, _free_vars)
+  try:
+    _code = _inner_code(_factory)
+    _check_free_vars(_name, _code, _free_vars)
+  except RuntimeError as _e:
+    warnings.warn(f"jaxpr_io cannot store {_name} policies: {_e}")
+    continue
   _CODE_TO_FACTORY[_code] = _name
 
 _PLAIN_BY_ID = {id(p): name for name, p in PLAIN_POLICIES.items()}
