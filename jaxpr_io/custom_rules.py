@@ -491,34 +491,32 @@ class _BwdRule(_Definer):
     return [jcr.Zero(next(zeros)) if z else next(outs) for z in mask]
 
 
-class _FwdRef(_Ref):
+class _VjpRuleRef(_Ref):
+  """A reference to the forward or backward rule (`rule` names which) of an
+  enclosing custom_vjp definition."""
   family = "vjp"
   __slots__ = ()
-
-  def __call__(self, *nonzeros):
-    return self.definition()(*nonzeros)
-
-  def definition(self):
-    fwd = self.resolved().fwd
-    if fwd is None:
-      raise FormatError(f"custom_vjp definition {self.key!r} of "
-                        f"{self.eqn_name!r} has no forward rule")
-    return fwd
-
-
-class _BwdRef(_Ref):
-  family = "vjp"
-  __slots__ = ()
+  rule = ""
 
   def __call__(self, *args):
     return self.definition()(*args)
 
   def definition(self):
-    bwd = self.resolved().bwd
-    if bwd is None:
+    rule = getattr(self.resolved(), self.rule)
+    if rule is None:
       raise FormatError(f"custom_vjp definition {self.key!r} of "
-                        f"{self.eqn_name!r} has no backward rule")
-    return bwd
+                        f"{self.eqn_name!r} has no {self.rule} rule")
+    return rule
+
+
+class _FwdRef(_VjpRuleRef):
+  __slots__ = ()
+  rule = "fwd"
+
+
+class _BwdRef(_VjpRuleRef):
+  __slots__ = ()
+  rule = "bwd"
 
 
 class _OutTrees:

@@ -34,7 +34,8 @@ from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io.compat import custom_rules as jcr
-from tests.roundtrip import assert_bit_identical, assert_roundtrip
+from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
+                             assert_same_outcome)
 
 F32 = np.float32
 
@@ -231,18 +232,6 @@ def _sum(out):
 
 def _grad(p, n_args):
   return jax.grad(lambda *a: _sum(p(*a)), argnums=tuple(range(n_args)))
-
-
-def assert_same_outcome(transform, original, loaded, *args):
-  """`transform(loaded)(*args)` under jit is bit-identical to
-  `transform(original)`, or fails with the same exception type."""
-  try:
-    expected = jax.jit(transform(original))(*args)
-  except Exception as e:  # pylint: disable=broad-except
-    with pytest.raises(type(e)):
-      jax.jit(transform(loaded))(*args)
-    return
-  assert_bit_identical(jax.jit(transform(loaded))(*args), expected)
 
 
 def _batched(args):
