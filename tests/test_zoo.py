@@ -80,7 +80,9 @@ def test_zoo_vmap(case):
 
 
 FRESH = textwrap.dedent("""
-    # Loads every zoo program with only jax, numpy and jaxpr_io imported.
+    # Loads every zoo program with only jax, numpy and jaxpr_io imported, and
+    # records its outputs and the gradient of their sum (or the error name
+    # where the program is not differentiable).
     import json, sys
     import jax, numpy as np
     import jaxpr_io
@@ -92,6 +94,13 @@ FRESH = textwrap.dedent("""
       flat = [data[f"arg{i}"] for i in range(len(data.files))]
       args, kwargs = jax.tree_util.tree_unflatten(prog.in_tree, flat)
       out = jax.tree_util.tree_leaves(jax.jit(prog)(*args, **kwargs))
+      try:  # grad of the summed outputs w.r.t. the first argument
+        loss = lambda a0, *rest: sum(
+            l.astype("float32").sum() for l in jax.tree_util.tree_leaves(
+                prog(a0, *rest, **kwargs)))
+        out += jax.tree_util.tree_leaves(jax.jit(jax.grad(loss))(*args))
+      except Exception as e:
+        out.append(np.array(type(e).__name__))
       np.savez(f"{workdir}/{name}.out.npz",
                **{f"out{i}": np.asarray(compat.key_data(o)
                                         if compat.is_key_array(o) else o)
@@ -111,7 +120,13 @@ def test_zoo_in_a_fresh_process(tmp_path):
     flat = jax.tree_util.tree_leaves((args, kwargs))
     np.savez(tmp_path / f"{name}.in.npz",
              **{f"arg{i}": np.asarray(a) for i, a in enumerate(flat)})
-    expected[name] = jax.jit(prog)(*args, **kwargs)
+    outs = jax.tree_util.tree_leaves(jax.jit(prog)(*args, **kwargs))
+    try:
+      outs += jax.tree_util.tree_leaves(jax.jit(jax.grad(
+          lambda a0, *rest: scalar(prog(a0, *rest, **kwargs))))(*args))
+    except Exception as e:  # pylint: disable=broad-except
+      outs.append(np.array(type(e).__name__))
+    expected[name] = outs
   (tmp_path / "names.json").write_text(json.dumps(sorted(ZOO)))
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
   subprocess.run([sys.executable, "-c", FRESH, str(tmp_path)], check=True,
