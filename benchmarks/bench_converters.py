@@ -6,7 +6,7 @@ artifact's size, and the time of the artifact's first call (load included),
 next to the time of the first call of `jax.jit` on the original function
 (tracing and compilation included).
 
-    python benchmarks/bench_converters.py [--models cnn,transformer,ode,linalg]
+    python benchmarks/bench_converters.py [--models cnn,transformer,custom_rules,ode,linalg]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from jaxpr_io import converters  # noqa: E402
 from tests import models  # noqa: E402
 
 MODELS = {"cnn": models.cnn, "transformer": models.transformer,
+          "custom_rules": models.custom_rules,
           "ode": models.ode_integrator, "linalg": models.linalg}
 
 

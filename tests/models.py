@@ -109,3 +109,25 @@ def linalg_hlo():
             + jnp.trace(jnp.linalg.multi_dot([a, a.T, a]))
             + jnp.linalg.matrix_norm(jnp.linalg.outer(v, v)))
   return f, np.random.RandomState(3).randn(5, 5).astype(np.float32)
+
+
+@jax.custom_vjp
+def _clip_gradient(x):
+  return x
+
+
+_clip_gradient.defvjp(lambda x: (x, None),
+                      lambda _, g: (jnp.clip(g, -0.01, 0.01),))
+
+
+def custom_rules():
+  """An MLP with custom_jvp activations (relu, softplus) and a custom_vjp
+  gradient clip, weights as constants."""
+  rng = np.random.RandomState(4)
+  w1, w2 = rng.randn(6, 16).astype(np.float32), rng.randn(16, 3).astype(
+      np.float32)
+
+  def f(x):
+    h = _clip_gradient(jax.nn.relu(x @ w1)) + jax.nn.softplus(x @ w1)
+    return h @ w2
+  return f, rng.randn(4, 6).astype(np.float32)

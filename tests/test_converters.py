@@ -25,6 +25,7 @@ from tests import models
 
 CASES = {
     "cnn": models.cnn,
+    "custom_rules": models.custom_rules,
     "transformer": models.transformer,
     "ode": models.ode_integrator,
     "linalg": models.linalg,
