@@ -69,10 +69,7 @@ def test_zoo_jvp_and_linearize(case):
 
 
 def test_zoo_vmap(case):
-  name, args, kwargs, original, loaded = case
-  if name == "sharded":
-    pytest.skip("vmap over a jit with explicit in_shardings needs a batched "
-                "sharding spec; covered in tests/test_sharding.py")
+  _, args, kwargs, original, loaded = case
   in_axes = (0,) + (None,) * (len(args) - 1)
   assert_same_outcome(
       lambda p: jax.vmap(lambda *a: p(*a, **kwargs), in_axes=in_axes),
