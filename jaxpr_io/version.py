@@ -7,9 +7,13 @@ the schema changes without a bump here. A reader reads every version from
 `OLDEST_READABLE_FORMAT_VERSION` to `FORMAT_VERSION` and refuses newer ones.
 
 Changelog (newest last):
-  * 2026-11-22, version 1: the first format. Header, Program message with
-    string/aval/array/blob/jaxpr tables, params as typed Values, pytree
-    signatures, an aligned data section with CRC-32 per blob.
+  * 2026-11-22, version 1: the first format. A 64-byte header, the Program
+    message (tables of strings, avals, arrays, blobs, param sets, equation
+    contexts, name stacks, jaxprs and closed jaxprs; params as typed
+    Values, with per-(primitive, param) codecs for rules, policies and
+    callbacks; symbolic dimensions with the scope's constraints; pytree
+    signatures with GENERIC nodes for library types) and an aligned data
+    section with a CRC-32 per blob.
 """
 
 from __future__ import annotations
