@@ -818,8 +818,9 @@ def _vjp_analysis(params: dict) -> _VjpAnalysis:
   return analysis
 
 
-def encode_fwd_rule(fun, params: dict):
-  """The stored `fwd_jaxpr_thunk` (see the module docstring)."""
+def _encode_vjp_rule(fun, params: dict, kind: str, debug, rules):
+  """The stored forward or backward rule (`kind` "fwd" or "bwd"); `debug`
+  and `rules` read the rule's debug info and stored rules off the analysis."""
   if _STATE.fingerprinting:
     return _PLACEHOLDER
   rule = _loaded(fun)
@@ -827,25 +828,21 @@ def encode_fwd_rule(fun, params: dict):
     return rule.encode()
   analysis = _vjp_analysis(params)
   if ("vjp", analysis.key) in _STATE.definitions:
-    return ("fwd_ref", analysis.key, analysis.fwd_debug)
+    return (f"{kind}_ref", analysis.key, debug(analysis))
   return _Definition(("vjp", analysis.key),
-                     ("fwd", analysis.key, analysis.fwd_debug,
-                      analysis.fwd_rules))
+                     (kind, analysis.key, debug(analysis), rules(analysis)))
+
+
+def encode_fwd_rule(fun, params: dict):
+  """The stored `fwd_jaxpr_thunk` (see the module docstring)."""
+  return _encode_vjp_rule(fun, params, "fwd", lambda a: a.fwd_debug,
+                          lambda a: a.fwd_rules)
 
 
 def encode_bwd_rule(fun, params: dict):
   """The stored `bwd` (see the module docstring)."""
-  if _STATE.fingerprinting:
-    return _PLACEHOLDER
-  rule = _loaded(fun)
-  if rule is not None:
-    return rule.encode()
-  analysis = _vjp_analysis(params)
-  if ("vjp", analysis.key) in _STATE.definitions:
-    return ("bwd_ref", analysis.key, analysis.bwd_debug)
-  return _Definition(("vjp", analysis.key),
-                     ("bwd", analysis.key, analysis.bwd_debug,
-                      analysis.all_bwd_rules()))
+  return _encode_vjp_rule(fun, params, "bwd", lambda a: a.bwd_debug,
+                          lambda a: a.all_bwd_rules())
 
 
 def encode_out_trees(fun, params: dict):
