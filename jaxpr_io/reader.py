@@ -166,7 +166,9 @@ class Reader:
       elif kind == "size" and 0 <= d.size <= _MAX_DIM:
         shape.append(d.size)
       else:
-        raise FormatError(f"aval dimension {d} is not a valid size")
+        value = d.size if kind == "size" else "(unset)"
+        raise FormatError(f"aval dimension {value} is not a valid size "
+                          f"(0 to 2**62)")
     dtype = dtypes.decode_dtype(sa.dtype, self.string)
     memory_space = _MEMORY_SPACES.get(sa.memory_space)
     if memory_space is None:
