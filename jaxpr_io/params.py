@@ -130,17 +130,21 @@ def decode_tuple(r, msg, depth):
   return tuple(_decode_items(r, msg.tuple, depth))
 
 
+def canonical_key(v):
+  """A sort key for set elements that does not depend on the process: set
+  iteration order follows string hashes, which change with PYTHONHASHSEED,
+  and table indices follow the order things are first written."""
+  t = type(v)
+  if t is tuple:
+    return ("tuple", tuple(canonical_key(x) for x in v))
+  if t is frozenset:
+    return ("frozenset", tuple(sorted(canonical_key(x) for x in v)))
+  return (f"{t.__module__}.{t.__qualname__}", repr(v))
+
+
 def encode_frozenset(w, v, out, depth):
-  # Set order is not stable across processes: sort elements by their
-  # encoding, which is deterministic.
-  encoded = []
-  for item in v:
-    item_msg = pb.Value()
-    encode_value(w, item, item_msg, depth + 1)
-    encoded.append(item_msg)
-  encoded.sort(key=lambda m: m.SerializeToString(deterministic=True))
   out.frozenset.SetInParent()
-  out.frozenset.items.extend(encoded)
+  _encode_items(w, sorted(v, key=canonical_key), out.frozenset, depth)
 
 
 def decode_frozenset(r, msg, depth):

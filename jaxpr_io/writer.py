@@ -399,37 +399,31 @@ class _JaxprEncoder:
           "(check it with jax.core.check_jaxpr)")
     return number
 
-  def effect(self, effect, out) -> None:
-    w = self.w
+  def effect(self, effect) -> tuple[str, Any]:
+    """(registered name, payload or None) of an effect."""
     name = _SINGLETON_EFFECT_NAMES.get(id(effect))
     if name is not None:
-      out.name = w.string(name)
-      return
+      return name, None
     t = type(effect)
     if t is compat.NamedAxisEffect:
-      out.name = w.string("jax.NamedAxisEffect")
-      params.encode_value(w, effect.name, out.payload)
-      return
+      return "jax.NamedAxisEffect", effect.name
     name = _INPUT_EFFECT_NAMES.get(t)
     if name is not None:
-      out.name = w.string(name)
       if isinstance(effect.input, int):
-        params.encode_value(w, ("position", effect.input), out.payload)
-      else:
-        params.encode_value(w, ("var", self.atom(effect.input)), out.payload)
-      return
+        return name, ("position", effect.input)
+      return name, ("var", self.atom(effect.input))
     raise UnsupportedError(
         f"effect {effect!r} of type {t.__name__} cannot be stored")
 
   def effects(self, effects, out) -> None:
-    messages = []
-    for effect in effects:
-      message = pb.Effect()
-      self.effect(effect, message)
-      messages.append(message)
-    # Effects are sets: store them in a canonical order.
-    messages.sort(key=lambda m: m.SerializeToString(deterministic=True))
-    out.extend(messages)
+    # Effects are sets: store them in an order that does not depend on the
+    # process (hash seeds), so the bytes are deterministic.
+    parts = sorted((self.effect(e) for e in effects),
+                   key=lambda p: (p[0], params.canonical_key(p[1])))
+    for name, payload in parts:
+      message = out.add(name=self.w.string(name))
+      if payload is not None:
+        params.encode_value(self.w, payload, message.payload)
 
   def encode(self):
     w, jaxpr = self.w, self.jaxpr

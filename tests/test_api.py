@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import os
 import struct
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -209,3 +211,33 @@ def test_symbolic_shapes_are_stored_as_expressions():
   assert str(dim) == "b" and four == 4
   assert "b >= 2" in str(dim.scope)
   assert "floordiv(b, 2) + 1" in str(loaded.closed_jaxpr)
+
+
+_DETERMINISM_SCRIPT = """
+import hashlib, sys
+import jax, jax.numpy as jnp
+import jaxpr_io
+policy = jax.checkpoint_policies.save_only_these_names("a", "b", "c", "dd")
+def f(x):
+  @jax.checkpoint
+  def g(v):
+    return jax.ad_checkpoint.checkpoint_name(jnp.sin(v), "a") * 2
+  h = jax.checkpoint(lambda v: jnp.cos(v), policy=policy)(x)
+  jax.debug.print("x={}", x)
+  return g(h).sum()
+print(hashlib.sha256(jaxpr_io.dumps(jaxpr_io.trace(jax.grad(f), 1.0)))
+      .hexdigest())
+"""
+
+
+def test_bytes_do_not_depend_on_the_process():
+  # Set iteration order follows string hashes, which differ per process.
+  digests = set()
+  for seed in ("1", "2", "3"):
+    proc = subprocess.run(
+        [sys.executable, "-c", "import jax.ad_checkpoint\n" +
+         _DETERMINISM_SCRIPT], capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONHASHSEED=seed))
+    assert proc.returncode == 0, proc.stderr
+    digests.add(proc.stdout.split()[-1])
+  assert len(digests) == 1
