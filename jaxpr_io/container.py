@@ -11,7 +11,6 @@ import os
 import struct
 import tempfile
 import zlib
-from typing import Sequence
 
 from jaxpr_io import version
 from jaxpr_io.errors import FormatError
@@ -207,8 +206,3 @@ def map_file(path: str | os.PathLike) -> Container:
       raise FormatError(f"{path}: the file is empty")
     buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
   return Container(buffer, source=path)
-
-
-def blob_ranges(layout: DataLayout) -> Sequence[tuple[int, int]]:
-  return [(o, memoryview(c).nbytes)
-          for o, c in zip(layout.offsets, layout.chunks)]
