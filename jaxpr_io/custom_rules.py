@@ -631,16 +631,29 @@ def encode_jvp_rule(fun, params: dict):
   return _Definition(("jvp", key), ("jvp", key, debug, rules))
 
 
-def decode_jvp_rule(stored, params: dict):
-  """The `jvp_jaxpr_fun` of a stored value: an `lu.WrappedFun`."""
-  eqn = _Eqn("custom_jvp", params, FormatError)
-  stored = _unpack(stored, {"jvp": 4, "jvp_ref": 3}, "JVP rule")
+def _decode_stored(stored, params: dict, family: str, kind: str, what: str,
+                   ref_cls):
+  """The parts every stored rule starts with: (eqn, key, debug info, rules,
+  None), or for a `<kind>_ref` (eqn, key, debug info, None, the wrapped
+  reference). Checks the number of rules against the patterns' inputs."""
+  eqn = _Eqn(family, params, FormatError)
+  stored = _unpack(stored, {kind: 4, f"{kind}_ref": 3}, what)
   key = _key(stored[1])
   debug_info = _decode_debug(stored[2])
-  if stored[0] == "jvp_ref":
-    return _wrap(_JvpRef(stored, key, eqn), debug_info)
-  rules = stored[3]
-  _check_rule_count(rules, eqn, eqn.n_in, "JVP rule")
+  if stored[0] == f"{kind}_ref":
+    return eqn, key, debug_info, None, _wrap(ref_cls(stored, key, eqn),
+                                               debug_info)
+  n_pattern = eqn.n_out if kind == "bwd" else eqn.n_in
+  _check_rule_count(stored[3], eqn, n_pattern, what)
+  return eqn, key, debug_info, stored[3], None
+
+
+def decode_jvp_rule(stored, params: dict):
+  """The `jvp_jaxpr_fun` of a stored value: an `lu.WrappedFun`."""
+  eqn, key, debug_info, rules, ref = _decode_stored(
+      stored, params, "custom_jvp", "jvp", "JVP rule", _JvpRef)
+  if ref is not None:
+    return ref
   table = {}
   for i, rule in enumerate(rules):
     if type(rule) is not tuple or len(rule) != 3:
@@ -870,14 +883,10 @@ def _vjp_record(key: str, params: dict) -> _VjpRecord:
 
 def decode_fwd_rule(stored, params: dict):
   """The `fwd_jaxpr_thunk` of a stored value: an `lu.WrappedFun`."""
-  eqn = _Eqn("custom_vjp", params, FormatError)
-  stored = _unpack(stored, {"fwd": 4, "fwd_ref": 3}, "forward rule")
-  key = _key(stored[1])
-  debug_info = _decode_debug(stored[2])
-  if stored[0] == "fwd_ref":
-    return _wrap(_FwdRef(stored, key, eqn), debug_info)
-  rules = stored[3]
-  _check_rule_count(rules, eqn, eqn.n_in, "forward rule")
+  eqn, key, debug_info, rules, ref = _decode_stored(
+      stored, params, "custom_vjp", "fwd", "forward rule", _FwdRef)
+  if ref is not None:
+    return ref
   table: dict = {}
   n_res_out = None
   for i, rule in enumerate(rules):
@@ -920,14 +929,10 @@ def decode_fwd_rule(stored, params: dict):
 
 def decode_bwd_rule(stored, params: dict):
   """The `bwd` of a stored value: an `lu.WrappedFun`."""
-  eqn = _Eqn("custom_vjp", params, FormatError)
-  stored = _unpack(stored, {"bwd": 4, "bwd_ref": 3}, "backward rule")
-  key = _key(stored[1])
-  debug_info = _decode_debug(stored[2])
-  if stored[0] == "bwd_ref":
-    return _wrap(_BwdRef(stored, key, eqn), debug_info)
-  rules = stored[3]
-  _check_rule_count(rules, eqn, eqn.n_out, "backward rule")
+  eqn, key, debug_info, rules, ref = _decode_stored(
+      stored, params, "custom_vjp", "bwd", "backward rule", _BwdRef)
+  if ref is not None:
+    return ref
   table = {}
   n_res = None
   for i, rule in enumerate(rules):
