@@ -100,9 +100,11 @@ class Program:
       self._symbolic = specialize.has_symbolic_dims(closed.in_avals)
       self._fun = compat.jaxpr_as_fun(closed)
       self._specialized = {}
+    if not self._symbolic:
+      return self._fun
     shapes = [jax.numpy.shape(x) for x in flat]
-    if not self._symbolic or shapes == [a.shape for a in closed.in_avals]:
-      return self._fun  # concrete, or traced with the program's own dims
+    if shapes == [a.shape for a in closed.in_avals]:
+      return self._fun  # traced with the program's own symbolic dims
     env = symbolic.solve_dims(closed.in_avals, self.in_tree, shapes)
     key = tuple(sorted(env.items()))
     fun = self._specialized.get(key)
