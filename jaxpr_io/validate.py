@@ -75,8 +75,6 @@ ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
     "pjit": _call("jaxpr"),
     "closed_call": _call("call_jaxpr"),
     "core_call": _call("call_jaxpr"),
-    "checkpoint": _call("jaxpr"),
-    "remat": _call("jaxpr"),
     "remat2": _call("jaxpr"),
     "scan": _call("jaxpr"),
     "custom_jvp_call": _call("call_jaxpr"),
