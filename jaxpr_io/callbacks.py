@@ -222,6 +222,16 @@ def _skeleton(node) -> Any:
                       f"{e}") from None
 
 
+def treedef_skeleton(stored):
+  """A pytree whose structure is the stored treedef; its leaves are
+  placeholders that `is_skeleton_leaf` recognizes."""
+  return _skeleton(stored)
+
+
+def is_skeleton_leaf(x) -> bool:
+  return x is _LEAF
+
+
 def decode_treedef(stored):
   """The `PyTreeDef` of a nested tuple written by `encode_treedef`."""
   skeleton = _skeleton(stored)

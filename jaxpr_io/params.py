@@ -219,6 +219,20 @@ def encode_closed_jaxpr(w, v, out, depth):
   out.closed_jaxpr = w.closed_jaxpr(v)
 
 
+def encode_merged_jaxpr(w, v, out, depth):
+  """A jaxpr on releases where open and closed jaxprs are one type: the
+  param's slot in the vocabulary says which one the file stores."""
+  if w.open_jaxpr_slot:
+    if v.consts:
+      raise UnsupportedError(
+          f"a jaxpr with {len(v.consts)} constants sits where the format "
+          "stores jaxprs without constants (see "
+          "jaxpr_io/vocabulary.py:OPEN_JAXPR_PARAMS)")
+    encode_jaxpr(w, v, out, depth)
+  else:
+    encode_closed_jaxpr(w, v, out, depth)
+
+
 def decode_closed_jaxpr(r, msg, depth):
   del depth
   return r.closed_jaxpr(msg.closed_jaxpr)
@@ -301,8 +315,8 @@ ENCODERS: dict[type, Encoder] = {
     frozenset: encode_frozenset,
     type: encode_type,
     np.ndarray: encode_numpy_array,
-    compat.Jaxpr: encode_jaxpr,
-    compat.ClosedJaxpr: encode_closed_jaxpr,
+    **({compat.Jaxpr: encode_merged_jaxpr} if compat.MERGED_JAXPRS else
+       {compat.Jaxpr: encode_jaxpr, compat.ClosedJaxpr: encode_closed_jaxpr}),
     symbolic.DimExpr: encode_dim_expr,
 }
 for _dtype in dtypes.DTYPE_TO_ENUM:

@@ -29,6 +29,7 @@ from jaxpr_io import params
 from jaxpr_io import pytrees
 from jaxpr_io import registry
 from jaxpr_io import validate
+from jaxpr_io import vocabulary
 from jaxpr_io.errors import FormatError
 from jaxpr_io.writer import MAX_JAXPR_DEPTH
 
@@ -107,6 +108,8 @@ class Reader:
     # jaxpr's nesting depth and its size with shared sub-jaxprs inlined.
     self._refs: list[int] | None = None
     self._sizes: list[int] = []
+    self.where = vocabulary.Where(blobs.source, msg.producer.jax_version,
+                                  compat.JAX_VERSION)
 
   # ------------------------------------------------------------ helpers
   # Errors are raised without a location; the loops that walk the tables
@@ -131,10 +134,7 @@ class Reader:
     if prim is None:
       prim = registry.PRIMITIVES.lookup(name)
       if prim is None:
-        raise FormatError(
-            f"unknown primitive {name!r}: it is not a primitive of this JAX "
-            f"({compat.JAX_VERSION}) and was not registered with "
-            "jaxpr_io.register_primitive; register it before loading")
+        raise FormatError(vocabulary.unknown_primitive(self.where, name))
       self._primitives[name] = prim
     return prim
 
@@ -421,11 +421,12 @@ class Reader:
       m = self.msg.closed_jaxprs[i]
       try:
         jaxpr = self.jaxpr(m.jaxpr)
-        if len(m.consts) != len(jaxpr.constvars):
+        n_constvars = len(self.msg.jaxprs[m.jaxpr].constvars)
+        if len(m.consts) != n_constvars:
           raise FormatError(f"{len(m.consts)} constants for "
-                          f"{len(jaxpr.constvars)} constvars")
+                          f"{n_constvars} constvars")
         consts = []
-        for var, c in zip(jaxpr.constvars, m.consts):
+        for var, c in zip(compat.leading_vars(jaxpr, n_constvars), m.consts):
           value = self.array(c)
           aval = self.aval(self.msg.arrays[c].aval)
           if aval != var.aval:
@@ -434,7 +435,7 @@ class Reader:
           consts.append(value)
       except FormatError as e:
         raise FormatError(f"closed jaxpr {i}: {e}") from None
-      self._closed[i] = compat.ClosedJaxpr(jaxpr, consts)
+      self._closed[i] = compat.make_closed(jaxpr, consts)
     elif self._refs is not None:
       self._refs.append(self.msg.closed_jaxprs[i].jaxpr)
     return self._closed[i]
@@ -545,7 +546,6 @@ class _JaxprDecoder:
   def equation(self, e):
     r, env = self.r, self.env
     name = r.string(e.primitive)
-    prim = r.primitive(name)
     n_env = len(env)
     invars = []
     for ref in e.invars:
@@ -574,6 +574,9 @@ class _JaxprDecoder:
       self.refs.extend(refs)
       self.size += sum(r._sizes[j] for j in refs)  # pylint: disable=protected-access
     self.size += 1
+    # From the format's vocabulary to this release's primitive and params.
+    release_name, values = compat.ADAPTER.from_format(name, values, r.where)
+    prim = r.primitive(release_name)
     validate.check_equation(name, prim, len(invars), n_out, values)
     return compat.new_eqn(invars, outvars, prim, values,
                           self.effects(e.effects) if e.effects

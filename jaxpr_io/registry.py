@@ -183,3 +183,6 @@ for _name, _enum in compat.ENUMS.items():
   register_enum(_enum, name=_name)
 for _name, _cls in compat.NAMED_TUPLES.items():
   register_named_tuple(_cls, name=_name)
+# Record types that only the running JAX release has (e.g. 0.11's FlatTree).
+for _cls, _name, _encode, _decode in compat.ADAPTER.RECORD_CODECS:
+  register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

@@ -24,6 +24,7 @@ from jaxpr_io import params
 from jaxpr_io import pytrees
 from jaxpr_io import registry
 from jaxpr_io import version
+from jaxpr_io import vocabulary
 from jaxpr_io.errors import UnsupportedError
 
 _DOUBLE = struct.Struct("<d")
@@ -115,6 +116,10 @@ class Writer:
     self._aval_ids: dict[int, int] = {}          # id(aval) -> aval index
     self._scope = None  # the symbolic scope of the program's dimensions
     self._keepalive: list[Any] = []  # objects whose id() is a table key
+    # Whether the param being encoded holds open jaxprs (see
+    # `jaxpr_io.vocabulary.OPEN_JAXPR_PARAMS`); matters on JAX releases
+    # where open and closed jaxprs are one type.
+    self.open_jaxpr_slot = False
 
   # ------------------------------------------------------------ tables
   def string(self, s: str) -> int:
@@ -166,6 +171,7 @@ class Writer:
       add = message.params.add
       for k, v in values.items():
         param = add(name=self.string(k))
+        self.open_jaxpr_slot = vocabulary.holds_open_jaxpr(name, k)
         try:
           codec = registry.EQN_PARAM_CODECS.get((name, k))
           if codec is None:
@@ -380,7 +386,7 @@ class _JaxprEncoder:
     self.env: dict[Any, int] = {}
 
   def bind(self, var) -> None:
-    if var.initial_qdd is not None or var.final_qdd is not None:
+    if compat.var_has_qdd(var):
       raise UnsupportedError(
           "variables with quasi-dynamic data (mutable hijax types) cannot "
           "be stored")
@@ -451,7 +457,10 @@ class _JaxprEncoder:
 
   def equation(self, eqn, out) -> None:
     w, env = self.w, self.env
-    out.primitive = primitive = w.primitive_string(eqn.primitive)
+    # The equation in the format's vocabulary (jaxpr_io/vocabulary.py).
+    name, eqn_params = compat.ADAPTER.to_format(w.primitive(eqn.primitive),
+                                                eqn.params)
+    out.primitive = primitive = w.string(name)
     invars = []
     for a in eqn.invars:
       number = env.get(a) if type(a) is compat.Var else None
@@ -466,7 +475,7 @@ class _JaxprEncoder:
       else:
         self.bind(v)
     out.outvars[:] = outvars
-    out.param_set = w.param_set(w.msg.strings[primitive], eqn.params)
+    out.param_set = w.param_set(name, eqn_params)
     if eqn.effects:
       self.effects(eqn.effects, out.effects)
     out.ctx = w.eqn_context(eqn.ctx)
@@ -521,7 +530,7 @@ _INPUT_EFFECT_NAMES = {cls: n for n, cls in compat.INPUT_EFFECTS.items()}
 
 def write(closed, in_tree, out_tree, metadata: dict[str, str]):
   """(program message bytes, data layout) of a closed jaxpr."""
-  if type(closed) is not compat.ClosedJaxpr:
+  if not compat.is_closed_jaxpr(closed):
     raise UnsupportedError(
         f"expected a jax ClosedJaxpr, got {type(closed).__name__}")
   writer = Writer()

@@ -34,14 +34,24 @@ from jax._src.lax.control_flow import solves
 from jax._src.random import prng
 from jaxlib import _jax
 
-# The JAX releases this table was written for (pyproject.toml pins the same).
-SUPPORTED_JAX = ">=0.10.2,<0.11"
+from jaxpr_io.compat import releases
+
+# The JAX releases with an adapter (pyproject.toml pins the same range).
+SUPPORTED_JAX = releases.SUPPORTED_JAX
 JAX_VERSION = jax.__version__
 JAXLIB_VERSION = jaxlib.__version__
 
 # ---------------------------------------------------------------- core types
 Jaxpr = core.Jaxpr
-ClosedJaxpr = core.ClosedJaxpr
+# JAX 0.11 merged `ClosedJaxpr` into `Jaxpr` (a `Jaxpr` carries its consts;
+# `ClosedJaxpr` stayed as an alias in 0.11 and is gone in 0.12). On those
+# releases `ClosedJaxpr is Jaxpr`: every jaxpr is "closed" over its (possibly
+# empty) consts, and whether a param holds a closed or an open jaxpr is a
+# fact of the format's vocabulary (`jaxpr_io.vocabulary.CLOSED_JAXPR_PARAMS`),
+# not of the Python type.
+ClosedJaxpr = getattr(core, "ClosedJaxpr", core.Jaxpr)
+MERGED_JAXPRS = ClosedJaxpr is Jaxpr
+JAXPR_TYPES = (Jaxpr,) if MERGED_JAXPRS else (Jaxpr, ClosedJaxpr)
 JaxprEqn = core.JaxprEqn
 Var = core.Var
 DropVar = core.DropVar
@@ -129,8 +139,45 @@ def new_eqn_context(**fields):
 
 
 def new_jaxpr(constvars, invars, outvars, eqns, effects, debug_info, is_high):
+  """An open jaxpr. On merged releases its constvars (no values attached)
+  are plain leading invars until `make_closed` attaches values."""
   return core.Jaxpr(constvars, invars, outvars, eqns, effects, debug_info,
                     is_high)
+
+
+def make_closed(jaxpr, consts):
+  """The closed jaxpr of an open `jaxpr` and values for its constvars."""
+  if MERGED_JAXPRS:
+    return jaxpr.with_consts(list(consts))
+  return core.ClosedJaxpr(jaxpr, list(consts))
+
+
+def open_jaxpr(closed):
+  """The jaxpr part of a closed jaxpr (itself on merged releases)."""
+  return closed.jaxpr
+
+
+def leading_vars(jaxpr, n: int):
+  """The first `n` variables a stored jaxpr binds (its stored constvars):
+  on merged releases an open jaxpr's constvars are leading invars."""
+  if MERGED_JAXPRS:
+    return jaxpr.invars[:n]
+  return jaxpr.constvars
+
+
+def is_closed_jaxpr(x) -> bool:
+  return type(x) is ClosedJaxpr
+
+
+def is_jaxpr(x) -> bool:
+  """An open or a closed jaxpr."""
+  return type(x) in JAXPR_TYPES
+
+
+def var_has_qdd(var) -> bool:
+  """Whether a variable carries quasi-dynamic data (0.10 only)."""
+  return (getattr(var, "initial_qdd", None) is not None
+          or getattr(var, "final_qdd", None) is not None)
 
 
 def new_eqn(invars, outvars, primitive, params, effects, source_info, ctx):
@@ -282,3 +329,9 @@ INPUT_EFFECTS: dict[str, type] = _state_effect_types()
 def weak_jax_array(x):
   """`x` (a jax.Array) marked weakly typed, as JAX's tracer would."""
   return lax_internal._convert_element_type(x, weak_type=True)  # pylint: disable=protected-access
+
+
+# ---------------------------------------------------------------- adapter
+# The one object that maps this release's primitive names and params to the
+# format's vocabulary and back (jaxpr_io/compat/jax_0_10.py, jax_0_11.py).
+ADAPTER = releases.adapter_for(JAX_VERSION)

@@ -1,0 +1,66 @@
+"""Which adapter serves the running JAX release.
+
+Each supported JAX release line has one adapter module in this package that
+maps the release's primitive names and params to the format's vocabulary
+(`jaxpr_io/vocabulary.py`, documented in schema/VOCABULARY.md) and back:
+
+  release line   adapter
+  0.10.x         jaxpr_io/compat/jax_0_10.py   (jax >= 0.10.2)
+  0.11.x         jaxpr_io/compat/jax_0_11.py
+  0.12.x         jaxpr_io/compat/jax_0_11.py   (same data model as 0.11)
+
+Supporting a new release means adding a row here and, where its data model
+changed, one adapter module; the format does not change.
+
+A release newer than every row is served by the newest adapter with a
+warning that names it: programs made of known primitives and params still
+round-trip, and anything the adapter does not know fails with
+`UnsupportedError` (writing) or `FormatError` (reading) naming it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import warnings
+
+# (major, minor) of a release line -> adapter module (in this package).
+ADAPTERS = {
+    (0, 10): "jax_0_10",
+    (0, 11): "jax_0_11",
+    (0, 12): "jax_0_11",
+}
+OLDEST = (0, 10, 2)
+SUPPORTED_JAX = ">=0.10.2,<0.13"
+
+
+class NewerJaxWarning(UserWarning):
+  """The running JAX release is newer than every adapter of jaxpr_io."""
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+  """(major, minor, patch) of a version string such as '0.12.0.1' or
+  '0.13.0.dev20261201'."""
+  numbers = re.findall(r"\d+", text)[:3]
+  return tuple(int(n) for n in numbers) + (0,) * (3 - len(numbers))
+
+
+def adapter_for(jax_version: str):
+  """The adapter module for `jax_version` (warns for a newer release)."""
+  version = parse_version(jax_version)
+  line = version[:2]
+  name = ADAPTERS.get(line)
+  if name is None:
+    if version < OLDEST:
+      raise ImportError(
+          f"jaxpr_io supports jax {SUPPORTED_JAX}; this is jax "
+          f"{jax_version}. Upgrade with: pip install -U jax")
+    newest = max(ADAPTERS)
+    name = ADAPTERS[newest]
+    warnings.warn(
+        f"jax {jax_version} is newer than every release jaxpr_io has an "
+        f"adapter for (newest: {newest[0]}.{newest[1]}.x); using that "
+        "adapter. Programs of known primitives and params still round-trip; "
+        "anything new fails with UnsupportedError or FormatError naming it.",
+        NewerJaxWarning, stacklevel=3)
+  return importlib.import_module(f"jaxpr_io.compat.{name}")

@@ -1,0 +1,80 @@
+"""The format's vocabulary: primitive names and params that belong to the
+format, not to one JAX release.
+
+A file stores equations in this vocabulary; `jaxpr_io.compat.ADAPTER` (one
+module per JAX release line) maps the running release's primitives and
+params to it when writing and back when reading. The vocabulary is
+documented in schema/VOCABULARY.md and versioned with the format
+(jaxpr_io/version.py): it was first written from JAX 0.10.2, and later
+releases' changes are mapped onto it, so a file written by any supported
+release loads under every other.
+
+This module holds what is independent of any release: which params hold
+closed jaxprs (JAX 0.11 merged the two jaxpr types, so the format, not the
+Python type, says which one a param holds), and the wording of errors for
+values that a reading release cannot express.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+# (primitive, param) slots that hold OPEN jaxprs (no constants), or tuples
+# of them. Every other jaxpr-valued param holds closed jaxprs. Read off
+# JAX 0.10.2, where the two are different types (see
+# tests/test_vocabulary.py, which checks this table against it).
+OPEN_JAXPR_PARAMS = frozenset({
+    ("checkpoint", "jaxpr"),
+    ("custom_lin", "bwd"),
+    ("custom_transpose_call", "call_jaxpr"),
+    ("custom_vjp_call", "fwd_jaxpr_thunk"),
+    ("pallas_call", "jaxpr"),
+    ("reduce_window", "jaxpr"),
+    ("remat2", "jaxpr"),
+    ("run_state", "jaxpr"),
+    ("scatter", "update_jaxpr"),
+    ("scatter-add", "update_jaxpr"),
+    ("scatter_add", "update_jaxpr"),
+    ("scatter_mul", "update_jaxpr"),
+    ("scatter_min", "update_jaxpr"),
+    ("scatter_max", "update_jaxpr"),
+    ("scatter_sub", "update_jaxpr"),
+    ("scatter-mul", "update_jaxpr"),
+    ("scatter-min", "update_jaxpr"),
+    ("scatter-max", "update_jaxpr"),
+    ("scatter-sub", "update_jaxpr"),
+    ("shard_map", "jaxpr"),
+    ("call", "call_jaxpr"),
+    ("core_call", "call_jaxpr"),
+    ("custom_partitioning", "call"),
+})
+
+
+def holds_open_jaxpr(primitive: str, param: str) -> bool:
+  return (primitive, param) in OPEN_JAXPR_PARAMS
+
+
+@dataclasses.dataclass(frozen=True)
+class Where:
+  """Who wrote the file being read and who reads it, for error messages."""
+  source: str
+  writer_jax: str
+  reader_jax: str
+
+
+def unrepresentable(where: Where, primitive: str, param: str, value,
+                    why: str) -> str:
+  """The message of a FormatError for a param value the reading release
+  cannot express."""
+  return (f"{primitive} param {param!r}={value!r} (written by jax "
+          f"{where.writer_jax}) has no equivalent in jax {where.reader_jax}: "
+          f"{why}. Load the file with the JAX release that wrote it, or "
+          "re-trace the program under this one")
+
+
+def unknown_primitive(where: Where, name: str) -> str:
+  return (f"unknown primitive {name!r}: it is not a primitive of jax "
+          f"{where.reader_jax} (the file was written by jax "
+          f"{where.writer_jax}) and was not registered with "
+          "jaxpr_io.register_primitive. Load it with a JAX release that has "
+          f"{name!r}, or register the primitive before loading")
