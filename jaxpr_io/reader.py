@@ -14,6 +14,7 @@ type checker over the result.
 
 from __future__ import annotations
 
+import tokenize
 from typing import Any
 
 import numpy as np
@@ -200,11 +201,13 @@ class Reader:
                             "long")
         try:
           self._scope = symbolic.new_scope(constraints)
-        except (ValueError, TypeError, RecursionError) as e:
+        except (ValueError, TypeError, RecursionError,
+                tokenize.TokenError) as e:
           raise FormatError(f"symbolic constraints are invalid: {e}") from None
       try:
         dim = symbolic.parse_dim(text, self._scope)
-      except (ValueError, TypeError, RecursionError) as e:
+      except (ValueError, TypeError, RecursionError,
+              tokenize.TokenError) as e:  # TokenError: Python 3.12's tokenizer
         raise FormatError(f"symbolic dimension {text!r} does not parse: "
                           f"{e}") from None
       self._dims[text] = dim
@@ -330,7 +333,16 @@ class Reader:
           xla_metadata = dict(xla_metadata)
         except (TypeError, ValueError):
           raise FormatError("xla_metadata is not a tuple of pairs") from None
+      layout_mode = ("AUTO" if m.layout_mode == 0
+                     else self.string(m.layout_mode - 1))
+      no_collectives = (params.decode_value(self, m.no_collectives)
+                        if m.HasField("no_collectives") else frozenset())
+      if type(no_collectives) is not frozenset:
+        raise FormatError("no_collectives is not a frozenset")
+      extra = compat.ADAPTER.context_from_format(layout_mode, no_collectives,
+                                                 self.where)
       ctx = self._contexts[i] = compat.new_eqn_context(
+          **extra,
           compute_type=compute_type,
           threefry_partitionable=m.threefry_partitionable,
           cur_abstract_mesh=mesh,

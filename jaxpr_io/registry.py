@@ -184,5 +184,5 @@ for _name, _enum in compat.ENUMS.items():
 for _name, _cls in compat.NAMED_TUPLES.items():
   register_named_tuple(_cls, name=_name)
 # Record types that only the running JAX release has (e.g. 0.11's FlatTree).
-for _cls, _name, _encode, _decode in compat.ADAPTER.RECORD_CODECS:
+for _cls, _name, _encode, _decode in compat.ADAPTER.record_codecs:
   register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

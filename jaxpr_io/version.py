@@ -14,18 +14,31 @@ Changelog (newest last):
     callbacks; symbolic dimensions with the scope's constraints; pytree
     signatures with GENERIC nodes for library types) and an aligned data
     section with a CRC-32 per blob.
+  * 2026-11-23, version 2: one vocabulary for every JAX release. Equations
+    are stored in the format's vocabulary (jaxpr_io/vocabulary.py,
+    schema/VOCABULARY.md) and each JAX release's adapter maps to and from
+    it. `EqnContext` gained `layout_mode` and `no_collectives` (JAX
+    0.11/0.12 context settings). Meanings changed: `jit`'s `inline` is a
+    mode string ("auto", "jax_late", "jax_early", "xla_early", "xla_late";
+    version 1 stored a bool: False is "auto", True is "jax_late"); `scan`
+    MAY carry `ft_in`/`ft_out` (`jax.FlatTree.*` records, written by JAX
+    0.11+) beside `num_consts`/`num_carry`, which remain required; on JAX
+    releases where a `Jaxpr` carries its consts, whether a param holds a
+    closed or an open jaxpr follows the vocabulary's table, not the type.
+    Readers of version 2 read version 1 files.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-FORMAT_VERSION = 1
-OLDEST_READABLE_FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+OLDEST_READABLE_FORMAT_VERSION = 2
 
 # SHA-256 of the compiled schema descriptor (jaxpr_io/_proto/jaxpr.desc) that
 # each format version was released with. A schema change without a new entry
 # here fails tests/test_schema_version.py.
 SCHEMA_FINGERPRINTS = {
     1: "6dba239941cd2638d4d9abb6663e137185d49d1d09a0ee8e26bdd8091e2c0f84",
+    2: "f8f320cf553012591dbf8578f245c472cc44539786e2bdc4e5e5c57666bb4742",
 }

@@ -50,6 +50,18 @@ OPEN_JAXPR_PARAMS = frozenset({
 })
 
 
+# Params that some releases' primitives have and others lack: (primitive,
+# param) -> the value under which a release without the param behaves the
+# same. A release that has the param reads a file without it as this value;
+# one that lacks it drops it when it holds this value and refuses others.
+OPTIONAL_PARAMS: dict[str, dict[str, object]] = {
+    "erfc": {"accuracy": None},          # added in JAX 0.12
+    "top_k": {"is_stable": True},        # added in JAX 0.11
+    "reduce_max": {"out_sharding": None},  # added in JAX 0.11
+    "reduce_min": {"out_sharding": None},  # added in JAX 0.11
+}
+
+
 def holds_open_jaxpr(primitive: str, param: str) -> bool:
   return (primitive, param) in OPEN_JAXPR_PARAMS
 

@@ -297,6 +297,12 @@ class Writer:
       if ctx.xla_metadata is not None:
         params.encode_value(self, tuple(sorted(ctx.xla_metadata.items())),
                             message.xla_metadata)
+      extra = compat.ADAPTER.context_to_format(ctx)
+      if extra.get("layout_mode", "AUTO") != "AUTO":
+        message.layout_mode = self.string(extra["layout_mode"]) + 1
+      if extra.get("no_collectives"):
+        params.encode_value(self, frozenset(extra["no_collectives"]),
+                            message.no_collectives)
       self._keepalive.append(ctx)
       index = self._contexts[id(ctx)] = len(self.msg.eqn_contexts)
       self.msg.eqn_contexts.append(message)

@@ -78,7 +78,7 @@ def test_dump_function_with_specs_and_summary(predict_file):
   assert prog.metadata == {"run": "7", "who": "cli"}
   assert str(prog.in_avals[0].shape[0]) == "b"
   summary = _run(LOAD, str(predict_file)).stdout
-  for text in ("format version: 1", "jax 0.", "arg0: args[0]: float32[b,4]",
+  for text in (f"format version: {jaxpr_io.FORMAT_VERSION}", "jax 0.", "arg0: args[0]: float32[b,4]",
                "out0: out: float32[b,32]", "tanh: 1", "constants: 1, 512 bytes",
                "run: 7"):
     assert text in summary, text

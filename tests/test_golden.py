@@ -1,10 +1,11 @@
-"""Golden files: every jaxpr_io must keep reading the files of every earlier
-format version (tests/golden/v<N>/, written by tests/golden/make_golden.py).
+"""Golden files: every jaxpr_io, under every supported JAX release, must keep
+reading the files of every earlier format version, written by every release
+(tests/golden/v<N>/[jax-<version>/], by tests/golden/make_golden.py).
 
 For each file: it loads with check=True, computes what the original function
 computed on the stored inputs, and, when the loading JAX is the one that
-wrote the file, prints exactly as the original did. Files of the current
-format version must also re-dump to identical bytes.
+wrote the file, prints exactly as the original did and (for the current
+format version) re-dumps to identical bytes.
 """
 
 from __future__ import annotations
@@ -19,13 +20,28 @@ import pytest
 import jaxpr_io
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
-FILES = sorted(glob.glob(os.path.join(GOLDEN, "v*", "*.jaxpr")))
+FILES = sorted(glob.glob(os.path.join(GOLDEN, "v*", "*.jaxpr"))
+               + glob.glob(os.path.join(GOLDEN, "v*", "jax-*", "*.jaxpr")))
+# The releases that write golden files from format version 2 on.
+RELEASES = ("0.10.2", "0.11.2", "0.12.0.1")
+
+
+def _format_version(path):
+  rel = os.path.relpath(path, GOLDEN)
+  return int(rel.split(os.sep)[0][1:])
 
 
 def test_every_format_version_has_golden_files():
-  versions = {int(os.path.basename(os.path.dirname(f))[1:]) for f in FILES}
+  versions = {_format_version(f) for f in FILES}
   assert versions == set(range(jaxpr_io.version.OLDEST_READABLE_FORMAT_VERSION,
                                jaxpr_io.FORMAT_VERSION + 1))
+
+
+def test_every_release_wrote_the_current_version():
+  current = os.path.join(GOLDEN, f"v{jaxpr_io.FORMAT_VERSION}")
+  writers = {os.path.basename(os.path.dirname(f)) for f in FILES
+             if f.startswith(current + os.sep)}
+  assert writers == {f"jax-{r}" for r in RELEASES}
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: os.path.relpath(p, GOLDEN))
@@ -43,9 +59,10 @@ def test_golden_file(path):
     np.testing.assert_allclose(np.asarray(out, np.float64),
                                np.asarray(data[f"out{i}"], np.float64),
                                rtol=1e-6, atol=1e-6)
-  if prog.producer["jax_version"] == jax.__version__:
-    with open(stem + ".txt") as f:
-      assert str(prog.closed_jaxpr) + "\n" == f.read()
+  if prog.producer["jax_version"] != jax.__version__:
+    return
+  with open(stem + ".txt") as f:
+    assert str(prog.closed_jaxpr) + "\n" == f.read()
   if prog.producer["format_version"] == jaxpr_io.FORMAT_VERSION:
     with open(path, "rb") as f:
       assert jaxpr_io.dumps(prog) == f.read()

@@ -217,7 +217,7 @@ PRIMITIVE_MODULES = (
     "jax._src.random.threefry2x32", "jax._src.random.threefry4x32",
     "jax._src.shard_map", "jax._src.state.discharge",
     "jax._src.state.primitives", "jax._src.cudnn.fused_attention_stablehlo",
-    "jax._src.cudnn.scaled_matmul_stablehlo",
+    "jax._src.cudnn.scaled_matmul_stablehlo", "jax._src.xla_metadata",
 )
 
 # Serialized primitive names written by older JAX releases -> today's name.

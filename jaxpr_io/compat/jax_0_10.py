@@ -9,23 +9,22 @@ The format's vocabulary (jaxpr_io/vocabulary.py) was first written from JAX
   "xla_late" have no bool and are refused on load.
 * `scan`'s optional `ft_in`/`ft_out` (how JAX 0.11+ groups the operands) are
   dropped: this release reads the grouping from `num_consts`/`num_carry`.
+* Params that later releases added (`vocabulary.OPTIONAL_PARAMS`) are
+  dropped when they hold the value that means this release's behaviour.
 """
 
 from __future__ import annotations
 
 from jaxpr_io import vocabulary
+from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError
 
-RELEASE_LINE = "0.10"
-
-# Record types that only this release has: (class, name, encode, decode).
-RECORD_CODECS: list = []
+_INLINE_TO_BOOL = {"auto": False, "jax_late": True}
 
 
 def _jit_to_format(params):
   inline = params.get("inline")
   if type(inline) is bool:
-    params = dict(params)
     params["inline"] = "jax_late" if inline else "auto"
   return params
 
@@ -42,9 +41,6 @@ def _jit_from_format(params, where):
   return params
 
 
-_INLINE_TO_BOOL = {"auto": False, "jax_late": True}
-
-
 def _scan_from_format(params, where):
   del where
   params.pop("ft_in", None)
@@ -52,26 +48,10 @@ def _scan_from_format(params, where):
   return params
 
 
-_TO_FORMAT = {"jit": _jit_to_format}
-_FROM_FORMAT = {"jit": _jit_from_format, "scan": _scan_from_format}
+class Jax010(Adapter):
+  release_line = "0.10"
+  params_to_format = {"jit": _jit_to_format}
+  params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format}
 
 
-def to_format(name: str, params: dict) -> tuple[str, dict]:
-  """(vocabulary name, vocabulary params) of an equation of this release.
-  Returns `params` itself when nothing changes (the writer caches by it)."""
-  rule = _TO_FORMAT.get(name)
-  return name, (params if rule is None else rule(params))
-
-
-def from_format(name: str, params: dict, where) -> tuple[str, dict]:
-  """(this release's primitive name, params) of a vocabulary equation.
-  `params` is a fresh dict the rule may change; `where` describes the file
-  for error messages (`vocabulary.Where`)."""
-  rule = _FROM_FORMAT.get(name)
-  return name, (params if rule is None else rule(params, where))
-
-
-def jaxpr_slot_is_closed(name: str, param: str, value) -> bool:
-  """Unused on this release: closed and open jaxprs are different types."""
-  del name, param, value
-  raise NotImplementedError
+ADAPTER = Jax010()

@@ -19,14 +19,15 @@ These releases changed the jaxpr data model that the format's vocabulary
 from __future__ import annotations
 
 from jax._src import api as jax_api
+from jax._src import core as jax_core
+from jax._src import layout as jax_layout
 from jax._src import flattree as ft
 from jax._src import tree_util
 from jax._src import util as jax_util
 
 from jaxpr_io import vocabulary
+from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError
-
-RELEASE_LINE = "0.11"
 
 Inline = jax_api.Inline
 _INLINE_BY_VALUE = {m.value: m for m in Inline}
@@ -86,7 +87,7 @@ def _decode_either(fields):
   return jax_util.Either(is_right, value)
 
 
-RECORD_CODECS = [
+_RECORD_CODECS = [
     (ft.FTTuple, "jax.FlatTree.Tuple", lambda t: t.elts,
      lambda fields: ft.FTTuple(*_flat_trees(fields, "Tuple"))),
     (ft.FTDict, "jax.FlatTree.Dict", lambda t: (t.keys, t._vals),  # pylint: disable=protected-access
@@ -106,7 +107,6 @@ RECORD_CODECS = [
 
 # ------------------------------------------------------------- rules
 def _jit_to_format(params):
-  params = dict(params)
   params["inline"] = params["inline"].value
   return params
 
@@ -126,58 +126,44 @@ def _jit_from_format(params, where):
 
 
 def _scan_to_format(params):
-  ft_in, ft_out = params["ft_in"], params["ft_out"]
-  consts, carry, xs = ft_in.unpack()
-  out = {}
-  for key, value in params.items():
-    if key == "ft_in":
-      out["num_consts"] = len(consts)
-      out["num_carry"] = len(carry)
-      out["linear"] = (False,) * (len(consts) + len(carry) + len(xs))
-    elif key == "ft_out":
-      out["_split_transpose"] = False
-    else:
-      out[key] = value
-  out["ft_in"] = ft_in
-  out["ft_out"] = ft_out
-  return out
+  ft_in, ft_out = params.pop("ft_in"), params.pop("ft_out")
+  consts, carry, _ = ft_in.unpack()
+  params["num_consts"] = len(consts)
+  params["num_carry"] = len(carry)
+  params["ft_in"] = ft_in
+  params["ft_out"] = ft_out
+  return params
 
 
 def _scan_from_format(params, where):
   del where
-  num_consts = params.pop("num_consts")
-  num_carry = params.pop("num_carry")
-  linear = params.pop("linear", ())
-  params.pop("_split_transpose", None)
+  num_consts = params.pop("num_consts", None)
+  num_carry = params.pop("num_carry", None)
   ft_in, ft_out = params.pop("ft_in", None), params.pop("ft_out", None)
-  jaxpr = params["jaxpr"]
+  jaxpr = params.get("jaxpr")
+  n_in, n_out = len(jaxpr.in_avals), len(jaxpr.out_avals)
   if type(num_consts) is not int or type(num_carry) is not int or not (
       0 <= num_consts and 0 <= num_carry
-      and num_consts + num_carry <= len(jaxpr.in_avals)
-      and num_carry <= len(jaxpr.out_avals)):
+      and num_consts + num_carry <= n_in and num_carry <= n_out):
     raise FormatError(f"scan's num_consts={num_consts!r} and "
                       f"num_carry={num_carry!r} do not fit its body")
-  del linear
-  if ft_in is None:
-    # As lax.scan builds them.
-    num_xs = len(jaxpr.in_avals) - num_consts - num_carry
-    num_ys = len(jaxpr.out_avals) - num_carry
+  if ft_in is None and ft_out is None:
+    # A file from JAX 0.10: the trees as lax.scan builds them.
+    num_ys = n_out - num_carry
     ft_in = ft.pack((ft.nones(num_consts), ft.nones(num_carry),
-                     ft.nones(num_xs)))
+                     ft.nones(n_in - num_consts - num_carry)))
     ft_out = ft.pack((ft.nones(num_carry),
                       ft.nones(num_ys).filter_with_mask([True] * num_ys)))
   elif not (isinstance(ft_in, ft.FlatTree) and isinstance(ft_out, ft.FlatTree)
-            and len(ft_in) == len(jaxpr.in_avals)
-            and len(ft_out) == len(jaxpr.out_avals)):
+            and len(ft_in) == n_in and len(ft_out) == n_out):
     raise FormatError("scan's ft_in/ft_out do not fit its body")
   else:
     consts, carry, _ = _unpack3(ft_in)
     if (len(consts), len(carry)) != (num_consts, num_carry):
       raise FormatError("scan's ft_in disagrees with num_consts/num_carry")
   # JAX's own order of scan params.
-  ordered = {}
-  for key in ("reverse", "length", "jaxpr"):
-    ordered[key] = params.pop(key)
+  ordered = {key: params.pop(key) for key in ("reverse", "length", "jaxpr")
+             if key in params}
   ordered["ft_in"] = ft_in
   ordered["ft_out"] = ft_out
   ordered.update(params)
@@ -194,30 +180,55 @@ def _unpack3(tree):
   return parts
 
 
-_NAME_TO_FORMAT = {"eval_jaxpr": "closed_call"}
-_NAME_FROM_FORMAT = {"closed_call": "eval_jaxpr", "call": "eval_jaxpr",
-                     "core_call": "eval_jaxpr"}
-_TO_FORMAT = {"jit": _jit_to_format, "scan": _scan_to_format}
-_FROM_FORMAT = {"jit": _jit_from_format, "scan": _scan_from_format}
+def _eval_jaxpr_from_format(params, where):
+  # JAX 0.10's `lax` eval_jaxpr primitive (param `jaxpr`) is staged out as
+  # closed_call and never appears in a traced program.
+  raise FormatError(vocabulary.unrepresentable(
+      where, "eval_jaxpr", "jaxpr", "...",
+      "it is JAX 0.10's unstaged eval_jaxpr primitive"))
 
 
-def to_format(name: str, params: dict) -> tuple[str, dict]:
-  """(vocabulary name, vocabulary params) of an equation of this release.
-  Returns `params` itself when nothing changes (the writer caches by it)."""
-  rule = _TO_FORMAT.get(name)
-  return (_NAME_TO_FORMAT.get(name, name),
-          params if rule is None else rule(params))
+# ------------------------------------------------------------- contexts
+# 0.11 added layout modes to the equation context; 0.12 added
+# `no_collectives`.
+_HAS_NO_COLLECTIVES = "no_collectives" in jax_core.JaxprEqnContext.__slots__
 
 
-def from_format(name: str, params: dict, where) -> tuple[str, dict]:
-  """(this release's primitive name, params) of a vocabulary equation.
-  `params` is a fresh dict the rule may change."""
-  if name == "eval_jaxpr":
-    # JAX 0.10's `lax` eval_jaxpr primitive (param `jaxpr`) is staged out
-    # as closed_call and never appears in a traced program.
-    raise FormatError(vocabulary.unrepresentable(
-        where, "eval_jaxpr", "jaxpr", "...",
-        "it is JAX 0.10's unstaged eval_jaxpr primitive"))
-  rule = _FROM_FORMAT.get(name)
-  return (_NAME_FROM_FORMAT.get(name, name),
-          params if rule is None else rule(params, where))
+class Jax011(Adapter):
+  release_line = "0.11"
+  name_to_format = {"eval_jaxpr": "closed_call",
+                    "reduced_vary_cast": "reduced_vary_cast_p",
+                    "vary_unreduced_cast": "vary_unreduced_cast_p"}
+  name_from_format = {"closed_call": "eval_jaxpr", "call": "eval_jaxpr",
+                      "core_call": "eval_jaxpr",
+                      "reduced_vary_cast_p": "reduced_vary_cast",
+                      "vary_unreduced_cast_p": "vary_unreduced_cast"}
+  params_to_format = {"jit": _jit_to_format, "scan": _scan_to_format}
+  params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format,
+                        "eval_jaxpr": _eval_jaxpr_from_format}
+  optional_params = frozenset({("top_k", "is_stable"),
+                               ("reduce_max", "out_sharding"),
+                               ("reduce_min", "out_sharding")})
+  record_codecs = _RECORD_CODECS
+
+  def context_to_format(self, ctx) -> dict:
+    return {"layout_mode": ctx.cur_layout_mode.name,
+            "no_collectives": getattr(ctx, "no_collectives", frozenset())}
+
+  def context_from_format(self, layout_mode, no_collectives, where):
+    mode = jax_layout.LayoutMode.__members__.get(layout_mode)
+    if mode is None:
+      raise FormatError(vocabulary.unrepresentable(
+          where, "equation context", "layout_mode", layout_mode,
+          f"this JAX knows {sorted(jax_layout.LayoutMode.__members__)}"))
+    fields = {"cur_layout_mode": mode}
+    if _HAS_NO_COLLECTIVES:
+      fields["no_collectives"] = no_collectives
+    elif no_collectives:
+      raise FormatError(vocabulary.unrepresentable(
+          where, "equation context", "no_collectives", no_collectives,
+          "this JAX cannot forbid collectives"))
+    return fields
+
+
+ADAPTER = Jax011()

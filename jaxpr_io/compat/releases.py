@@ -7,7 +7,7 @@ maps the release's primitive names and params to the format's vocabulary
   release line   adapter
   0.10.x         jaxpr_io/compat/jax_0_10.py   (jax >= 0.10.2)
   0.11.x         jaxpr_io/compat/jax_0_11.py
-  0.12.x         jaxpr_io/compat/jax_0_11.py   (same data model as 0.11)
+  0.12.x         jaxpr_io/compat/jax_0_12.py   (0.11's, plus new params)
 
 Supporting a new release means adding a row here and, where its data model
 changed, one adapter module; the format does not change.
@@ -28,7 +28,7 @@ import warnings
 ADAPTERS = {
     (0, 10): "jax_0_10",
     (0, 11): "jax_0_11",
-    (0, 12): "jax_0_11",
+    (0, 12): "jax_0_12",
 }
 OLDEST = (0, 10, 2)
 SUPPORTED_JAX = ">=0.10.2,<0.13"
@@ -45,22 +45,28 @@ def parse_version(text: str) -> tuple[int, ...]:
   return tuple(int(n) for n in numbers) + (0,) * (3 - len(numbers))
 
 
+def adapter_name(jax_version: str) -> tuple[str, bool]:
+  """(adapter module name, whether the release is newer than every row)."""
+  version = parse_version(jax_version)
+  if version < OLDEST:
+    raise ImportError(
+        f"jaxpr_io supports jax {SUPPORTED_JAX}; this is jax "
+        f"{jax_version}. Upgrade with: pip install -U jax")
+  name = ADAPTERS.get(version[:2])
+  if name is not None:
+    return name, False
+  return ADAPTERS[max(ADAPTERS)], True
+
+
 def adapter_for(jax_version: str):
   """The adapter module for `jax_version` (warns for a newer release)."""
-  version = parse_version(jax_version)
-  line = version[:2]
-  name = ADAPTERS.get(line)
-  if name is None:
-    if version < OLDEST:
-      raise ImportError(
-          f"jaxpr_io supports jax {SUPPORTED_JAX}; this is jax "
-          f"{jax_version}. Upgrade with: pip install -U jax")
+  name, newer = adapter_name(jax_version)
+  if newer:
     newest = max(ADAPTERS)
-    name = ADAPTERS[newest]
     warnings.warn(
         f"jax {jax_version} is newer than every release jaxpr_io has an "
         f"adapter for (newest: {newest[0]}.{newest[1]}.x); using that "
         "adapter. Programs of known primitives and params still round-trip; "
         "anything new fails with UnsupportedError or FormatError naming it.",
         NewerJaxWarning, stacklevel=3)
-  return importlib.import_module(f"jaxpr_io.compat.{name}")
+  return importlib.import_module(f"jaxpr_io.compat.{name}").ADAPTER

@@ -2,11 +2,14 @@
 
     python tests/golden/make_golden.py
 
-Creates tests/golden/v<FORMAT_VERSION>/<name>.{jaxpr,txt,npz}: the file, the
-program as JAX printed it, and inputs (arg0, ...) with the outputs (out0, ...)
-of the original function. Run it once per format version, when the version
-is bumped; never regenerate the files of an older version: every later
-jaxpr_io must keep reading them (tests/test_golden.py).
+Creates tests/golden/v<FORMAT_VERSION>/jax-<jax version>/<name>.{jaxpr,txt,
+npz}: the file, the program as JAX printed it, and inputs (arg0, ...) with
+the outputs (out0, ...) of the original function. Run it once per format
+version under every supported JAX release (from version 2 on, each release
+writes its own directory; version 1 was written by jax 0.10.2 only, in
+v1/ itself); never regenerate the files of an older version: every later
+jaxpr_io, under every supported release, must keep reading them
+(tests/test_golden.py).
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ CASES = {
 
 def main():
   out_dir = os.path.join(os.path.dirname(__file__),
-                         f"v{jaxpr_io.FORMAT_VERSION}")
+                         f"v{jaxpr_io.FORMAT_VERSION}", f"jax-{jax.__version__}")
   os.makedirs(out_dir, exist_ok=True)
   for name, (fn, args, kwargs) in CASES.items():
     prog = jaxpr_io.trace(fn, *args, **kwargs)

@@ -1,0 +1,92 @@
+"""The base of every JAX release's adapter: maps between the release's
+equations and the format's vocabulary (jaxpr_io/vocabulary.py).
+
+An adapter is one object per release line (`jaxpr_io.compat.ADAPTER`). The
+base class implements what every release shares: primitive renames,
+per-primitive param rules, and the vocabulary's optional params
+(`vocabulary.OPTIONAL_PARAMS`), which a release either has (the writer stores
+them, the reader fills in the default when a file lacks them) or lacks (the
+reader drops them when they hold the default and refuses other values).
+Subclasses (jax_0_10.py, jax_0_11.py, jax_0_12.py) fill in the tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from jaxpr_io import vocabulary
+from jaxpr_io.errors import FormatError
+
+ToFormat = Callable[[dict], dict]
+FromFormat = Callable[[dict, "vocabulary.Where"], dict]
+
+
+class Adapter:
+  """Identity mapping; subclasses set the tables below."""
+
+  release_line = "?"
+  # This release's primitive name -> vocabulary name (and the reverse, with
+  # extra vocabulary names this release reads as one of its primitives).
+  name_to_format: dict[str, str] = {}
+  name_from_format: dict[str, str] = {}
+  # Per vocabulary primitive: rules that change params (on a fresh dict).
+  params_to_format: dict[str, ToFormat] = {}
+  params_from_format: dict[str, FromFormat] = {}
+  # The `vocabulary.OPTIONAL_PARAMS` this release's primitives have.
+  optional_params: frozenset = frozenset()
+  # Record types only this release has: (class, name, encode, decode).
+  record_codecs: list = []
+
+  def format_name(self, name: str) -> str:
+    """The vocabulary name of this release's primitive `name`."""
+    return self.name_to_format.get(name, name)
+
+  def to_format(self, name: str, params: dict) -> tuple[str, dict]:
+    """(vocabulary name, vocabulary params) of an equation of this release.
+    Returns `params` itself when nothing changes (the writer caches by it)."""
+    name = self.name_to_format.get(name, name)
+    rule = self.params_to_format.get(name)
+    return name, (params if rule is None else rule(dict(params)))
+
+  def from_format(self, name: str, params: dict,
+                  where: vocabulary.Where) -> tuple[str, dict]:
+    """(this release's primitive name, params) of a vocabulary equation.
+    `params` is a fresh dict that this may change."""
+    for param, default in vocabulary.OPTIONAL_PARAMS.get(name, {}).items():
+      if (name, param) in self.optional_params:
+        params.setdefault(param, default)
+      elif param in params:
+        value = params.pop(param)
+        if not _same(value, default):
+          raise FormatError(vocabulary.unrepresentable(
+              where, name, param, value,
+              f"this JAX's {name} has no {param!r} param; it behaves as "
+              f"{param}={default!r}"))
+    rule = self.params_from_format.get(name)
+    if rule is not None:
+      params = rule(params, where)
+    return self.name_from_format.get(name, name), params
+
+  def context_to_format(self, ctx) -> dict:
+    """Equation-context settings beyond JAX 0.10's (see EqnContext in the
+    schema): {"layout_mode": str, "no_collectives": frozenset}."""
+    del ctx
+    return {}
+
+  def context_from_format(self, layout_mode: str, no_collectives: frozenset,
+                          where: vocabulary.Where) -> dict:
+    """Fields for `compat.new_eqn_context` from the vocabulary's settings;
+    by default the release has neither setting."""
+    if layout_mode != "AUTO":
+      raise FormatError(vocabulary.unrepresentable(
+          where, "equation context", "layout_mode", layout_mode,
+          "this JAX has no layout tracing modes"))
+    if no_collectives:
+      raise FormatError(vocabulary.unrepresentable(
+          where, "equation context", "no_collectives", no_collectives,
+          "this JAX cannot forbid collectives"))
+    return {}
+
+
+def _same(value: Any, default: Any) -> bool:
+  return type(value) is type(default) and value == default
