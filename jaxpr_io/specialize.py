@@ -62,7 +62,7 @@ class _Specializer:
   def closed_jaxpr(self, closed):
     new = self.closed.get(id(closed))
     if new is None:
-      new = self.closed[id(closed)] = compat.ClosedJaxpr(
+      new = self.closed[id(closed)] = compat.make_closed(
           self.jaxpr(closed.jaxpr), closed.consts)
     return new
 
