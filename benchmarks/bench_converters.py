@@ -90,11 +90,13 @@ def main():
   print(("{:<12}" + "{:>13}" * 8).format(*header))
   for (name, size, jit_first, t_exp, exp_size, t_exp_call, t_sm, sm_size,
        t_sm_call) in rows:
-    sm = "n/a" if sm_size != sm_size else f"{int(sm_size):,d}"
-    print(("{:<12}{:>13,d}{:>12.3f}s{:>12.3f}s{:>13,d}{:>12.3f}s{:>12.3f}s"
-           "{:>13}{:>12.3f}s").format(name, size, jit_first, t_exp,
-                                      exp_size, t_exp_call, t_sm, sm,
-                                      t_sm_call))
+    no_sm = sm_size != sm_size  # NaN: no SavedModel
+    sm = "n/a" if no_sm else f"{int(sm_size):,d}"
+    t_sm, t_sm_call = (("n/a", "n/a") if no_sm else
+                       (f"{t_sm:.3f}s", f"{t_sm_call:.3f}s"))
+    print(("{:<12}{:>13,d}{:>12.3f}s{:>12.3f}s{:>13,d}{:>12.3f}s{:>13}"
+           "{:>13}{:>13}").format(name, size, jit_first, t_exp, exp_size,
+                                  t_exp_call, t_sm, sm, t_sm_call))
 
 
 if __name__ == "__main__":

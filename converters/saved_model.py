@@ -10,6 +10,13 @@ one `XlaCallModule` op carrying StableHLO (jax2tf's native serialization);
 TensorFlow Serving must run with `--xla_cpu_compilation_enabled=true` to
 execute it on a CPU.
 
+StableHLO version: `jax.export` serializes for a StableHLO version about a
+month older than jaxlib's (JAX 0.11 and 0.12: 1.18.0), which can be newer
+than the one TensorFlow's XlaCallModule reads (TF 2.21: 1.13.7). The module
+is then serialized for TensorFlow's version instead (StableHLO downgrades the
+ops; `jaxpr_io.compat.export.serialization_target`); a program that version
+cannot express is refused with UnsupportedError.
+
 Limitation: TensorFlow's XLA does not have jaxlib's LAPACK custom calls, so
 programs using the LAPACK-backed `jnp.linalg` functions on the CPU (solve,
 solve_triangular, cholesky, eigh, svd, qr, lu, det, inv) cannot become SavedModels; they are
@@ -25,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io.compat import export as export_compat
 from jaxpr_io.compat import symbolic
 from jaxpr_io.converters._common import as_program
 from jaxpr_io.converters.stablehlo import to_exported
@@ -62,6 +70,36 @@ def _check_runnable_in_tf(prog, platforms) -> None:
         "det, inv)")
 
 
+def _tf_stablehlo_version() -> str | None:
+  """The StableHLO version of TensorFlow's XlaCallModule (TF 2.21: 1.13.7),
+  or None if this TensorFlow does not say."""
+  try:
+    from tensorflow.compiler.mlir.stablehlo import stablehlo  # pylint: disable=g-import-not-at-top
+    return stablehlo.get_current_version()
+  except (ImportError, AttributeError):
+    return None
+
+
+def _stablehlo_target(tf) -> str | None:
+  """The StableHLO version to serialize for: JAX's default target (e.g.
+  1.18.0 on JAX 0.12) if TensorFlow reads it, else TensorFlow's own version
+  (e.g. 1.13.7 on TF 2.21), to which the module is downgraded. None: JAX's
+  default (TensorFlow does not say what it reads)."""
+  tf_version = _tf_stablehlo_version()
+  if tf_version is None:
+    return None
+  if export_compat.is_older(tf_version, export_compat.minimum_version()):
+    raise UnsupportedError(
+        f"TensorFlow {tf.__version__} reads StableHLO {tf_version}, older "
+        f"than the oldest version jax {compat.JAX_VERSION} writes "
+        f"({export_compat.minimum_version()}); upgrade TensorFlow, or ship "
+        "the program as StableHLO with converters.to_exported / "
+        "save_exported")
+  if export_compat.is_older(tf_version, export_compat.default_target()):
+    return tf_version
+  return None
+
+
 def _poly_spec(aval) -> str | None:
   if not any(type(d) is symbolic.DimExpr for d in aval.shape):
     return None
@@ -83,7 +121,8 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
 
   Raises:
     UnsupportedError: the program cannot be lowered (e.g. it calls a host
-      callback); the message names the cause.
+      callback), or TensorFlow's StableHLO version cannot express it; the
+      message names the cause.
   """
   tf, jax2tf = _import_tf()
   prog = as_program(program)
@@ -123,14 +162,29 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
     return {f"out{i}": out for i, out in enumerate(outs)}
   module.serve = tf.function(serve, input_signature=signature,
                              autograph=False)
+  target = _stablehlo_target(tf)
+  # jax2tf exports (calls jax.export) while TF traces `serve`, and for
+  # with_gradient again (the VJP) while the SavedModel is saved: both inside
+  # the block, which serializes for `target`.
   try:
-    concrete = module.serve.get_concrete_function()
-  except (ValueError, TypeError, NotImplementedError) as e:
+    with export_compat.serialization_target(target):
+      try:
+        concrete = module.serve.get_concrete_function()
+      except export_compat.TargetVersionError:
+        raise
+      except (ValueError, TypeError, NotImplementedError) as e:
+        raise UnsupportedError(
+            f"the program cannot be converted to a SavedModel: "
+            f"{type(e).__name__}: {e}") from None
+      options = tf.saved_model.SaveOptions(
+          experimental_custom_gradients=with_gradient)
+      tf.saved_model.save(module, os.fspath(export_dir),
+                          signatures={"serving_default": concrete},
+                          options=options)
+  except export_compat.TargetVersionError as e:
     raise UnsupportedError(
-        f"the program cannot be converted to a SavedModel: "
-        f"{type(e).__name__}: {e}") from None
-  options = tf.saved_model.SaveOptions(
-      experimental_custom_gradients=with_gradient)
-  tf.saved_model.save(module, os.fspath(export_dir),
-                      signatures={"serving_default": concrete},
-                      options=options)
+        f"TensorFlow {tf.__version__} reads StableHLO up to {target}, older "
+        f"than what jax {compat.JAX_VERSION} writes "
+        f"({export_compat.default_target()}): {e}. Ship it as StableHLO "
+        "with converters.to_exported / save_exported instead, or use a "
+        "TensorFlow that reads a newer StableHLO") from None

@@ -11,6 +11,7 @@ other options).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import pytest
 
 import jaxpr_io
 from jaxpr_io import converters
+from jaxpr_io.compat import export as export_compat
 from tests import models
 
 CASES = {
@@ -84,7 +86,12 @@ def test_unlowerable_program_names_the_cause():
     converters.to_exported(closed)
 
 
-tf = pytest.importorskip("tensorflow")
+try:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+except ImportError:  # the tests above need no TensorFlow
+  tf = None
+needs_tf = pytest.mark.skipif(
+    tf is None, reason="needs TensorFlow: pip install -e '.[test-full]'")
 
 
 def _serving(export_dir):
@@ -96,6 +103,7 @@ def _serving(export_dir):
 SAVED_MODEL_CASES = dict(CASES, linalg=models.linalg_hlo)
 
 
+@needs_tf
 @pytest.mark.parametrize("name", sorted(SAVED_MODEL_CASES))
 def test_saved_model_matches_original(name, tmp_path):
   fn, x = SAVED_MODEL_CASES[name]()
@@ -105,11 +113,34 @@ def test_saved_model_matches_original(name, tmp_path):
   _close(out["out0"].numpy(), jax.jit(fn)(x))
 
 
+def _stablehlo_versions(data: bytes) -> set[str]:
+  """The target versions of the StableHLO portable artifacts in `data`
+  (VHLO bytecode names its target as its producer, 'StableHLO_v1.13.7')."""
+  return {v.decode() for v in re.findall(rb"StableHLO_v(\d+\.\d+\.\d+)", data)}
+
+
+def _tf_stablehlo_version():
+  """What TF's XlaCallModule reads (TF 2.21: 1.13.7)."""
+  from tensorflow.compiler.mlir.stablehlo import stablehlo  # pylint: disable=g-import-not-at-top  # noqa: E501
+  return stablehlo.get_current_version()
+
+
+@needs_tf
 def test_saved_model_symbolic_batch_and_signature(tmp_path):
+  # The shape assertion of a symbolic batch is a custom call that JAX 0.11+
+  # serializes (for StableHLO 1.18.0) as vhlo.custom_call_v2, which TF
+  # 2.21 (StableHLO 1.13.7) cannot read: to_saved_model serializes for TF's
+  # version.
   fn, x = models.transformer()
   b, = jax.export.symbolic_shape("b")
   prog = _loaded(fn, jax.ShapeDtypeStruct((b, x.shape[1]), x.dtype))
   converters.to_saved_model(prog, tmp_path / "sm")
+  tf_version = _tf_stablehlo_version()
+  expected = (tf_version if export_compat.is_older(
+      tf_version, export_compat.default_target())
+              else export_compat.default_target())
+  assert _stablehlo_versions(
+      (tmp_path / "sm" / "saved_model.pb").read_bytes()) == {expected}
   serving = _serving(tmp_path / "sm")
   (spec,) = serving.structured_input_signature[1].values()
   assert spec.name == "arg0" and spec.shape.as_list() == [None, x.shape[1]]
@@ -118,8 +149,46 @@ def test_saved_model_symbolic_batch_and_signature(tmp_path):
         0, 64, (batch, x.shape[1])).astype(np.int32)
     _close(serving(arg0=tf.constant(tokens))["out0"].numpy(),
            jax.jit(fn)(tokens))
+  # The shape assertion survived the downgrade: b >= 1 is checked.
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="Expected value >= 1 for dimension variable 'b'"):
+    serving(arg0=tf.zeros((0, x.shape[1]), tf.int32))
+  # Outside to_saved_model, jax.export serializes for JAX's own target.
+  assert _stablehlo_versions(
+      converters.to_exported(prog).mlir_module_serialized) == {
+          export_compat.default_target()}
 
 
+def _exp_with_accuracy(v):
+  # result_accuracy needs StableHLO >= 1.9.0 (vhlo.exponential_v2).
+  return jax.lax.exp(v, accuracy=jax.lax.Tolerance(atol=1e-5, rtol=1e-5,
+                                                   ulps=2))
+
+
+@needs_tf
+def test_saved_model_refuses_what_tf_stablehlo_cannot_express(tmp_path,
+                                                               monkeypatch):
+  closed = jax.make_jaxpr(_exp_with_accuracy)(np.ones(3, np.float32))
+  monkeypatch.setattr(
+      "jaxpr_io.converters.saved_model._tf_stablehlo_version", lambda: "1.0.0")
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"TensorFlow .* StableHLO up to 1\.0\.0, .*"
+                     r"'vhlo\.exponential_v2'.*to_exported"):
+    converters.to_saved_model(closed, tmp_path / "sm")
+  # The serialization target is restored after the failure.
+  assert _stablehlo_versions(
+      converters.to_exported(closed).mlir_module_serialized) == {
+          export_compat.default_target()}
+  # A TensorFlow older than anything this jaxlib writes is refused up front.
+  monkeypatch.setattr(
+      "jaxpr_io.converters.saved_model._tf_stablehlo_version", lambda: "0.1.0")
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"StableHLO 0\.1\.0, older than .* upgrade"):
+    converters.to_saved_model(closed, tmp_path / "sm")
+  assert not (tmp_path / "sm").exists()
+
+
+@needs_tf
 def test_saved_model_keeps_weights_out_of_the_graph(tmp_path):
   weights = np.random.RandomState(0).randn(25 * 2**20 // 4 * 4).astype(
       np.float32).reshape(-1, 1024)  # 100 MiB
@@ -133,6 +202,7 @@ def test_saved_model_keeps_weights_out_of_the_graph(tmp_path):
   assert var_bytes >= 100 * 2**20
 
 
+@needs_tf
 def test_saved_model_refuses_lapack_kernels(tmp_path):
   fn, x = models.linalg()
   with pytest.raises(jaxpr_io.UnsupportedError, match="lapack_.*to_exported"):
@@ -140,6 +210,7 @@ def test_saved_model_refuses_lapack_kernels(tmp_path):
   assert not (tmp_path / "sm").exists()
 
 
+@needs_tf
 def test_saved_model_with_gradient(tmp_path):
   w = np.random.RandomState(0).randn(4, 3).astype(np.float32)
   fn = lambda v: jnp.sum(jnp.tanh(v @ w) ** 2)  # noqa: E731
@@ -153,6 +224,7 @@ def test_saved_model_with_gradient(tmp_path):
   _close(tape.gradient(y, arg).numpy(), jax.grad(fn)(x))
 
 
+@needs_tf
 def test_saved_model_cli_runs_it(tmp_path):
   fn, x = models.cnn()
   converters.to_saved_model(_loaded(fn, x), tmp_path / "sm")
