@@ -47,7 +47,11 @@ consts)`, one bool per non-constant input saying whether it is perturbed):
 * `("fwd_ref", key, debug)`: recursion, as for `jvp_ref`.
 
 `custom_vjp_call`, param `bwd` (JAX: `(*residuals, *output_cotangents) ->
-input_cotangents`, an input cotangent may be `ad.Zero`):
+input_cotangents`, an input cotangent may be `ad.Zero`; JAX 0.11 and later
+return `(input_cotangents, logs)`, `logs` the backward-pass logs of
+`defvjp_with_logs`. The file stores the cotangents only, the same on every
+release; a rule that returns logs other than None is refused, and a loaded
+rule logs nothing):
 
 * `("bwd", key, debug, rules)`: `rules` is a tuple of
   `(ct_zeros, bwd, cts_in_zeros, zero_types)`: `ct_zeros` a tuple of bools
@@ -69,14 +73,18 @@ input_cotangents`, an input cotangent may be `ad.Zero`):
 input_fwds)`): `(out_leaves, res_leaves, input_fwds)`, two ints and a tuple
 of (int or None) per residual: the index of the equation input the residual
 forwards, or None. It is rebuilt as flat tuple trees of those sizes: every
-caller of `out_trees` in JAX 0.10 (AD, batching, DCE, and `_flatten_bwd`,
-which is part of the stored `bwd`) only uses the leaf counts and
-`input_fwds`.
+caller of `out_trees` in JAX 0.10 to 0.12 (AD, batching, DCE, and
+`_flatten_bwd`, which is part of the stored `bwd`) only uses the leaf counts
+and `input_fwds`.
 
 An equation without any inputs stores no rules (`rules == ()`) and
 `out_trees` as `(0, 0, ())`: JAX never asks for them, since every tangent
 is zero, and JAX's partial evaluation of `scan` leaves such dead equations
 with rules of their former arity, which cannot be traced.
+
+Where JAX has one type for open and closed jaxprs (0.11 and later), the
+writer is told which of the two each stored jaxpr is (see `_StoredJaxpr`),
+so every release writes the same values.
 
 `debug` is `(traced_for, func_src_info, arg_names)` of the rule's
 `lu.DebugInfo` (`arg_names` a tuple of strings or None): JAX prints the
@@ -152,7 +160,7 @@ class _Eqn:
     call_jaxpr = params.get("call_jaxpr")
     num_consts = params.get("num_consts")
     symbolic_zeros = params.get("symbolic_zeros")
-    if (type(call_jaxpr) is not compat.ClosedJaxpr
+    if (not compat.is_closed_jaxpr(call_jaxpr)
         or type(num_consts) is not int or type(symbolic_zeros) is not bool
         or not 0 <= num_consts <= len(call_jaxpr.jaxpr.invars)):
       raise error(f"a {kind} equation needs a closed-jaxpr call_jaxpr, an int "
@@ -251,13 +259,72 @@ def _decode_debug(stored):
   return compat.DebugInfo(stored[0], stored[1], stored[2], None)
 
 
+class _StoredJaxpr:
+  """A jaxpr inside a stored rule value, marked with whether the file holds
+  it closed (with its constants) or open.
+
+  Where open and closed jaxprs are one type (JAX 0.11+) the writer takes
+  the choice from the param's slot in the vocabulary
+  (`jaxpr_io.vocabulary.OPEN_JAXPR_PARAMS`), which speaks of JAX's own
+  param values, not of the rule values stored here; the marks make each
+  release store what JAX 0.10 stores: rule jaxprs closed, zero types
+  open."""
+
+  __slots__ = ("jaxpr", "closed")
+
+  def __init__(self, jaxpr, closed: bool):
+    self.jaxpr = jaxpr
+    self.closed = closed
+
+
+def _encode_stored_jaxpr(w, value: _StoredJaxpr, out, depth: int) -> None:
+  saved = w.open_jaxpr_slot
+  w.open_jaxpr_slot = not value.closed
+  try:
+    param_codecs.encode_value(w, value.jaxpr, out, depth)
+  finally:
+    w.open_jaxpr_slot = saved
+
+
+param_codecs.register_value_encoder(_StoredJaxpr, _encode_stored_jaxpr)
+
+
+def _closed_marked(value):
+  """`value` with every jaxpr in its tuples marked to be stored closed
+  (where open and closed jaxprs are two types, the type still decides)."""
+  if type(value) is tuple:
+    return tuple(_closed_marked(v) for v in value)
+  if compat.is_jaxpr(value):
+    return _StoredJaxpr(value, closed=True)
+  return value
+
+
+def _marked_definition(value: tuple) -> tuple:
+  """A stored definition `(kind, key, debug, rules)` with its jaxprs marked
+  as the format stores them (see the module docstring): each rule's jaxpr
+  closed, a backward rule's `zero_types` open."""
+  kind, key, debug, rules = value
+  if kind == "bwd":
+    rules = tuple(
+        (ct_zeros, _StoredJaxpr(bwd, closed=True), mask,
+         None if zero_types is None else _StoredJaxpr(zero_types,
+                                                      closed=False))
+        for ct_zeros, bwd, mask, zero_types in rules)
+  else:
+    rules = tuple((rule[0], _StoredJaxpr(rule[1], closed=True), *rule[2:])
+                  for rule in rules)
+  return (kind, key, debug, rules)
+
+
 def _fingerprint(value) -> str:
-  """A hash of how `value` is stored, with nested custom rules left out."""
+  """A hash of how `value` is stored, with nested custom rules left out.
+  Its jaxprs are marked closed: on releases with one jaxpr type the hash
+  must not depend on the slot of the param being written."""
   w = writer_lib.Writer()
   message = pb.Value()
   _STATE.fingerprinting += 1
   try:
-    param_codecs.encode_value(w, value, message)
+    param_codecs.encode_value(w, _closed_marked(value), message)
   finally:
     _STATE.fingerprinting -= 1
   digest = hashlib.sha256()
@@ -287,7 +354,8 @@ class _Definition:
 def _encode_definition(w, definition: _Definition, out, depth: int) -> None:
   _STATE.definitions.append(definition.frame)
   try:
-    param_codecs.encode_value(w, definition.value, out, depth)
+    param_codecs.encode_value(w, _marked_definition(definition.value), out,
+                              depth)
   finally:
     _STATE.definitions.pop()
 
@@ -320,7 +388,7 @@ def _check_rule_count(rules, eqn: _Eqn, n: int, what: str) -> None:
 
 
 def _closed(value, what: str):
-  if type(value) is not compat.ClosedJaxpr:
+  if not compat.is_closed_jaxpr(value):
     raise FormatError(f"{what} is not a closed jaxpr")
   return value
 
@@ -488,7 +556,8 @@ class _BwdRule(_Definer):
     jaxpr, consts, mask, zero_avals = rule
     outs = iter(jcr.eval_jaxpr(jaxpr, consts, *res, *nonzero))
     zeros = iter(zero_avals)
-    return [jcr.Zero(next(zeros)) if z else next(outs) for z in mask]
+    return jcr.bwd_result([jcr.Zero(next(zeros)) if z else next(outs)
+                           for z in mask])
 
 
 class _VjpRuleRef(_Ref):
@@ -555,7 +624,7 @@ def _link_refs(definer: _Definer, target) -> None:
 
   def visit(value):
     t = type(value)
-    if t is compat.ClosedJaxpr or t is compat.Jaxpr:
+    if compat.is_jaxpr(value):
       todo.append(value)
     elif t is tuple or t is list:
       for item in value:
@@ -576,7 +645,7 @@ def _link_refs(definer: _Definer, target) -> None:
 
   while todo:
     item = todo.pop()
-    jaxpr = item.jaxpr if type(item) is compat.ClosedJaxpr else item
+    jaxpr = compat.open_jaxpr(item) if compat.is_closed_jaxpr(item) else item
     if id(jaxpr) in seen:
       continue
     seen.add(id(jaxpr))
@@ -601,7 +670,7 @@ def _trace_jvp(fun, pattern, eqn: _Eqn) -> tuple:
     raise UnsupportedError(
         f"the JVP rule of custom_jvp function {eqn.name!r} reports "
         f"{len(out_zeros)} outputs for a function with {eqn.n_out}")
-  return (pattern, compat.ClosedJaxpr(jaxpr, list(consts)), out_zeros)
+  return (pattern, compat.make_closed(jaxpr, consts), out_zeros)
 
 
 def encode_jvp_rule(fun, params: dict):
@@ -742,7 +811,7 @@ class _VjpAnalysis:
       _check_consts(consts, "forward rule", self.fwd_fun, eqn)
       info = (out_tree.num_leaves, res_tree.num_leaves,
               tuple(None if f is None else int(f) for f in input_fwds))
-      closed = compat.ClosedJaxpr(jaxpr, list(consts))
+      closed = compat.make_closed(jaxpr, consts)
       n_res_out = info[1] - sum(f is not None for f in info[2])
       if (len(info[2]) != info[1]
           or len(jaxpr.outvars) != n_res_out + eqn.n_out
@@ -777,7 +846,14 @@ class _VjpAnalysis:
       nonzero = iter(args[n_res:])
       cts = [jcr.SymbolicZero(a) if z else next(nonzero)
              for a, z in zip(ct_avals, pattern)]
-      outs = list(bwd.call_wrapped(*args[:n_res], *cts))
+      outs, logs = jcr.call_bwd(bwd, *args[:n_res], *cts)
+      if logs is not None:
+        raise UnsupportedError(
+            f"the backward rule {bwd.debug_info.func_name!r} of custom_vjp "
+            f"function {eqn.name!r} returns backward-pass logs "
+            "(defvjp_with_logs, custom_gradient(with_logs=True)), which "
+            "jaxpr_io cannot store; save the program without logging, or "
+            "log only where it is not saved")
       if len(outs) != eqn.n_in:
         raise TypeError(f"it returned {len(outs)} cotangents for "
                         f"{eqn.n_in} inputs")
@@ -803,7 +879,7 @@ class _VjpAnalysis:
       zero_types = compat.new_jaxpr([], binders, binders, [],
                                     compat.no_effects, _ZERO_TYPES_DEBUG,
                                     False)
-    return (pattern, compat.ClosedJaxpr(jaxpr, consts), mask, zero_types)
+    return (pattern, compat.make_closed(jaxpr, consts), mask, zero_types)
 
   def all_bwd_rules(self) -> tuple:
     while len(self.bwd_rules) < len(self.ct_patterns):

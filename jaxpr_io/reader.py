@@ -376,10 +376,13 @@ class Reader:
       outer_refs, self._refs = self._refs, []
       values: dict[str, Any] = {}
       coded = []
+      skipped = compat.ADAPTER.skipped_params
       for p in self.msg.param_sets[i].params:
         key = self.string(p.name)
         if key in values:
           raise FormatError(f"param set {i}: param {key!r} appears twice")
+        if (name, key) in skipped:
+          continue
         try:
           if p.value.WhichOneof("kind") == "param_codec":
             codec = registry.EQN_PARAM_CODECS.get((name, key))

@@ -21,6 +21,15 @@ value (inside `Value.param_codec`):
   - `save_and_offload_only_these_names`: frozenset of names to save,
     frozenset of names to offload, `offload_src`, `offload_dst`;
   - `save_from_both_policies`: the two sub-policies, each stored as above.
+    JAX 0.12's factory returns one of its arguments when the other is
+    `everything_saveable` or `nothing_saveable`, so there such a policy is
+    that argument and is stored as it; a file (written under JAX 0.10 or
+    0.11) that stores both loads as whatever the running JAX's factory
+    makes of them.
+
+The stored value is the same on every supported JAX release, although the
+policy objects differ (dataclasses on some, closures on others; see
+`jaxpr_io.compat.remat`).
 
 Any other callable (a policy the user wrote) is refused with
 `UnsupportedError`. The factory names are part of the file format.

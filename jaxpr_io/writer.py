@@ -169,6 +169,7 @@ class Writer:
     if index is None:
       message = pb.ParamSet()
       add = message.params.add
+      outer_slot = self.open_jaxpr_slot  # param sets nest through jaxprs
       for k, v in values.items():
         param = add(name=self.string(k))
         self.open_jaxpr_slot = vocabulary.holds_open_jaxpr(name, k)
@@ -185,6 +186,8 @@ class Writer:
           # A codec that cannot handle this value: name the place too.
           raise UnsupportedError(
               f"param {k!r}: {type(e).__name__}: {e}") from None
+        finally:
+          self.open_jaxpr_slot = outer_slot
       self._keepalive.append(values)  # `key` holds ids of its values
       index = self._param_sets[key] = len(self.msg.param_sets)
       self.msg.param_sets.append(message)

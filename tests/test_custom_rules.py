@@ -398,7 +398,7 @@ def test_saving_jax_rewrites_of_a_loaded_program():
   # new file must hold their definitions too.
   original, loaded = _load(lambda x: safe_log(x) + clip_loss(x), X2)
   closed = loaded.closed_jaxpr
-  rewritten = compat.ClosedJaxpr(
+  rewritten = compat.make_closed(
       jcr.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars)),
       closed.consts)
   reloaded = assert_roundtrip(rewritten)  # flat signature: a list out
@@ -436,6 +436,43 @@ def test_rule_that_cannot_be_traced():
   with pytest.raises(jaxpr_io.UnsupportedError,
                      match=r"backward rule .*'branchy_vjp'.*TracerBool"):
     jaxpr_io.dumps(jaxpr_io.trace(branchy_vjp, 1.0))
+
+
+_needs_logs = pytest.mark.skipif(
+    not hasattr(jax.custom_vjp, "defvjp_with_logs"),
+    reason="backward-pass logs are new in JAX 0.11")
+
+
+def _sin_with_logs(bwd):
+  """sin as a custom_vjp whose backward rule `bwd` may log."""
+  f = jax.custom_vjp(jnp.sin)
+  f.defvjp_with_logs(lambda x: (jnp.sin(x), jnp.cos(x)), bwd)
+  return f
+
+
+@_needs_logs
+def test_backward_rule_that_logs_is_refused():
+  def _logging_bwd(cos_x, g):
+    return (cos_x * g,), {"g": g}
+  program = jaxpr_io.trace(_sin_with_logs(_logging_bwd), X3)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"'_logging_bwd'.*returns backward-pass logs"):
+    jaxpr_io.dumps(program)
+
+
+@_needs_logs
+def test_backward_rule_that_may_log_but_does_not():
+  # Registered with defvjp_with_logs, but logging nothing: storable, and the
+  # loaded program's VJP logs nothing either.
+  f = _sin_with_logs(lambda cos_x, g: ((2.0 * cos_x * g,), None))
+  original, loaded = _load(f, X3)
+  ct = np.ones(3, F32)
+  expected = jax.vjp(original, X3)[1].with_logs(ct)
+  actual = jax.vjp(loaded, X3)[1].with_logs(ct)
+  assert_bit_identical(actual, expected)
+  assert actual[1] == expected[1]
+  assert_same_outcome(lambda p: jax.grad(lambda x: p(x).sum()), original,
+                      loaded, X3)
 
 
 def test_rule_closing_over_a_tracer():

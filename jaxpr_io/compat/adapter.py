@@ -34,6 +34,9 @@ class Adapter:
   params_from_format: dict[str, FromFormat] = {}
   # The `vocabulary.OPTIONAL_PARAMS` this release's primitives have.
   optional_params: frozenset = frozenset()
+  # The `vocabulary.RELEASE_HINT_PARAMS` this release does not use: the
+  # reader skips them without decoding their values.
+  skipped_params: frozenset = frozenset()
   # Record types only this release has: (class, name, encode, decode).
   record_codecs: list = []
 

@@ -1,6 +1,8 @@
 """JAX internals for host callbacks and debug printing.
 
-How JAX 0.10 stages the callback APIs out into equations:
+How JAX 0.10, 0.11 and 0.12 stage the callback APIs out into equations
+(alike in all three; the `jax.debug.callback` wrapper's closure is checked
+at import):
 
 * `jax.pure_callback` / `jax.experimental.io_callback` bind `pure_callback`
   / `io_callback` with `callback=_FlatCallback(user_fn, in_tree)`, a frozen
@@ -11,6 +13,9 @@ How JAX 0.10 stages the callback APIs out into equations:
   function), `in_tree` (structure of `(args, kwargs)`, static arguments
   included) and `static_args` (flat position -> value of each argument that
   is not an array). It also passes the effect instance as param `effect`.
+  (JAX 0.12 builds `in_tree` in its tracing pytree registry, 0.10 in the
+  default one; for the node types a file can hold the two unflatten alike,
+  so a stored `in_tree` is rebuilt in the default registry everywhere.)
 * `jax.debug.print` binds its own `debug_print` primitive whose params are
   all data except `in_tree` (a `PyTreeDef`) and `logging_record` (a
   `logging.LogRecord` for `jax.debug.log`, else None).

@@ -6,14 +6,15 @@ memoized `lu.WrappedFun` mapping a pattern of symbolic-zero tangents to
 `(jaxpr, consts, out_zeros)`; a `custom_vjp_call` equation holds
 `fwd_jaxpr_thunk` (pattern of perturbed inputs -> `(jaxpr, consts)`), `bwd`
 (an `lu.WrappedFun` over residuals and output cotangents returning input
-cotangents, some of them `ad.Zero`) and `out_trees` (a thunk returning
+cotangents, some of them `ad.Zero`; from JAX 0.11 on it returns the pair
+`(cotangents, logs)`, see `call_bwd`) and `out_trees` (a thunk returning
 `(out_tree, res_tree, input_fwds)`). They are made by
 `DynamicJaxprTrace.process_custom_jvp_call`/`process_custom_vjp_call` in
 jax/_src/interpreters/partial_eval.py and called by `lift_jvp`, `lift_fwd`
 and `_handle_consts_in_bwd` in jax/_src/custom_derivatives.py, by
 `_custom_lin_transpose` in jax/_src/interpreters/ad.py and by the batching
 rules in jax/_src/interpreters/batching.py. This module is the only place
-that touches those JAX 0.10 internals; `jaxpr_io.custom_rules` builds on it.
+that touches those internals; `jaxpr_io.custom_rules` builds on it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,28 @@ DebugInfo = lu.DebugInfo
 Zero = ad_util.Zero
 # ... and the zero user-facing rules see with `symbolic_zeros=True`.
 SymbolicZero = ad_util.SymbolicZero
+
+
+# JAX 0.11 added backward-pass logs (`custom_vjp.defvjp_with_logs`): from
+# then on a custom_vjp equation's flat `bwd` returns `(cotangents, logs)`,
+# `logs` None or a dict of pytrees, instead of the cotangents alone.
+BWD_RETURNS_LOGS = hasattr(custom_derivatives.custom_vjp, "defvjp_with_logs")
+
+
+def call_bwd(bwd, *args) -> tuple[list, Any]:
+  """(input cotangents, logs) of a custom_vjp equation's `bwd` called on
+  residuals and output cotangents; logs are None on releases without them."""
+  out = bwd.call_wrapped(*args)
+  if not BWD_RETURNS_LOGS:
+    return list(out), None
+  cts, logs = out
+  return list(cts), logs
+
+
+def bwd_result(cts: list):
+  """What a `bwd` that computes input cotangents `cts` and logs nothing
+  returns on this release (see `call_bwd`)."""
+  return (cts, None) if BWD_RETURNS_LOGS else cts
 
 
 def wrap_init(f: Callable, debug_info) -> WrappedFun:

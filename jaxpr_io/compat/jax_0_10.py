@@ -8,7 +8,7 @@ The format's vocabulary (jaxpr_io/vocabulary.py) was first written from JAX
   itself applies to `inline=True`). The modes "jax_early", "xla_early" and
   "xla_late" have no bool and are refused on load.
 * `scan`'s optional `ft_in`/`ft_out` (how JAX 0.11+ groups the operands) are
-  dropped: this release reads the grouping from `num_consts`/`num_carry`.
+  skipped unread: this release groups by `num_consts`/`num_carry`.
 * Params that later releases added (`vocabulary.OPTIONAL_PARAMS`) are
   dropped when they hold the value that means this release's behaviour.
 """
@@ -41,17 +41,12 @@ def _jit_from_format(params, where):
   return params
 
 
-def _scan_from_format(params, where):
-  del where
-  params.pop("ft_in", None)
-  params.pop("ft_out", None)
-  return params
-
-
 class Jax010(Adapter):
   release_line = "0.10"
   params_to_format = {"jit": _jit_to_format}
-  params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format}
+  params_from_format = {"jit": _jit_from_format}
+  # JAX 0.11+'s FlatTree grouping of scan's operands; the counts suffice.
+  skipped_params = vocabulary.RELEASE_HINT_PARAMS
 
 
 ADAPTER = Jax010()

@@ -125,14 +125,20 @@ def _jit_from_format(params, where):
   return params
 
 
+# The order in which scan's params are stored and rebuilt: JAX builds scan
+# equations with their params in different orders, and a program must
+# re-dump to the same bytes after a round trip.
+_SCAN_ORDER = ("reverse", "length", "jaxpr", "num_consts", "num_carry",
+               "unroll", "ft_in", "ft_out")
+
+
 def _scan_to_format(params):
-  ft_in, ft_out = params.pop("ft_in"), params.pop("ft_out")
-  consts, carry, _ = ft_in.unpack()
+  consts, carry, _ = params["ft_in"].unpack()
   params["num_consts"] = len(consts)
   params["num_carry"] = len(carry)
-  params["ft_in"] = ft_in
-  params["ft_out"] = ft_out
-  return params
+  ordered = {k: params.pop(k) for k in _SCAN_ORDER if k in params}
+  ordered.update(sorted(params.items()))
+  return ordered
 
 
 def _scan_from_format(params, where):
@@ -161,12 +167,10 @@ def _scan_from_format(params, where):
     consts, carry, _ = _unpack3(ft_in)
     if (len(consts), len(carry)) != (num_consts, num_carry):
       raise FormatError("scan's ft_in disagrees with num_consts/num_carry")
-  # JAX's own order of scan params.
-  ordered = {key: params.pop(key) for key in ("reverse", "length", "jaxpr")
-             if key in params}
-  ordered["ft_in"] = ft_in
-  ordered["ft_out"] = ft_out
-  ordered.update(params)
+  params["ft_in"] = ft_in
+  params["ft_out"] = ft_out
+  ordered = {k: params.pop(k) for k in _SCAN_ORDER if k in params}
+  ordered.update(sorted(params.items()))
   return ordered
 
 
