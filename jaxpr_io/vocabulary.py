@@ -18,6 +18,7 @@ values that a reading release cannot express.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 # (primitive, param) slots that hold OPEN jaxprs (no constants), or tuples
 # of them. Every other jaxpr-valued param holds closed jaxprs (values that a
@@ -46,15 +47,16 @@ OPEN_JAXPR_PARAMS = frozenset({
 })
 
 
-# Params that some releases' primitives have and others lack: (primitive,
-# param) -> the value under which a release without the param behaves the
-# same. A release that has the param reads a file without it as this value;
-# one that lacks it drops it when it holds this value and refuses others.
-OPTIONAL_PARAMS: dict[str, dict[str, object]] = {
-    "erfc": {"accuracy": None},          # added in JAX 0.12
-    "top_k": {"is_stable": True},        # added in JAX 0.11
-    "reduce_max": {"out_sharding": None},  # added in JAX 0.11
-    "reduce_min": {"out_sharding": None},  # added in JAX 0.11
+# Params that some releases' primitives have and others lack: primitive ->
+# param -> (the value under which a release without the param behaves the
+# same, the first JAX release with it). A reader whose release has the param
+# reads a file from a release without it as that value; one whose release
+# lacks it drops it when it holds that value and refuses others.
+OPTIONAL_PARAMS: dict[str, dict[str, tuple[object, tuple[int, int]]]] = {
+    "erfc": {"accuracy": (None, (0, 12))},
+    "top_k": {"is_stable": (True, (0, 11))},
+    "reduce_max": {"out_sharding": (None, (0, 11))},
+    "reduce_min": {"out_sharding": (None, (0, 11))},
 }
 
 
@@ -69,10 +71,21 @@ def holds_open_jaxpr(primitive: str, param: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Where:
-  """Who wrote the file being read and who reads it, for error messages."""
+  """Who wrote the file being read and who reads it."""
   source: str
   writer_jax: str
   reader_jax: str
+
+  def has_param(self, jax_version: str, primitive: str, param: str) -> bool:
+    """Whether that JAX release's `primitive` has the optional `param`."""
+    since = OPTIONAL_PARAMS[primitive][param][1]
+    return release_line(jax_version) >= since
+
+
+def release_line(jax_version: str) -> tuple[int, int]:
+  """(major, minor) of a version string such as '0.12.0.1'."""
+  numbers = re.findall(r"\d+", jax_version)[:2]
+  return tuple(int(n) for n in numbers) + (0,) * (2 - len(numbers))
 
 
 def unrepresentable(where: Where, primitive: str, param: str, value,

@@ -5,8 +5,9 @@ An adapter is one object per release line (`jaxpr_io.compat.ADAPTER`). The
 base class implements what every release shares: primitive renames,
 per-primitive param rules, and the vocabulary's optional params
 (`vocabulary.OPTIONAL_PARAMS`), which a release either has (the writer stores
-them, the reader fills in the default when a file lacks them) or lacks (the
-reader drops them when they hold the default and refuses other values).
+them, the reader fills in the default when the file's writer lacked them) or
+lacks (the reader drops them when they hold the default and refuses other
+values); which releases have them is part of the vocabulary.
 Subclasses (jax_0_10.py, jax_0_11.py, jax_0_12.py) fill in the tables.
 """
 
@@ -32,8 +33,6 @@ class Adapter:
   # Per vocabulary primitive: rules that change params (on a fresh dict).
   params_to_format: dict[str, ToFormat] = {}
   params_from_format: dict[str, FromFormat] = {}
-  # The `vocabulary.OPTIONAL_PARAMS` this release's primitives have.
-  optional_params: frozenset = frozenset()
   # The `vocabulary.RELEASE_HINT_PARAMS` this release does not use: the
   # reader skips them without decoding their values.
   skipped_params: frozenset = frozenset()
@@ -55,9 +54,12 @@ class Adapter:
                   where: vocabulary.Where) -> tuple[str, dict]:
     """(this release's primitive name, params) of a vocabulary equation.
     `params` is a fresh dict that this may change."""
-    for param, default in vocabulary.OPTIONAL_PARAMS.get(name, {}).items():
-      if (name, param) in self.optional_params:
-        params.setdefault(param, default)
+    for param, (default, _) in vocabulary.OPTIONAL_PARAMS.get(name, {}).items():
+      if where.has_param(where.reader_jax, name, param):
+        # Only a file from a release without the param lacks it for sure;
+        # JAX's own code may bind the primitive without it, too.
+        if not where.has_param(where.writer_jax, name, param):
+          params.setdefault(param, default)
       elif param in params:
         value = params.pop(param)
         if not _same(value, default):

@@ -210,9 +210,6 @@ class Jax011(Adapter):
   params_to_format = {"jit": _jit_to_format, "scan": _scan_to_format}
   params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format,
                         "eval_jaxpr": _eval_jaxpr_from_format}
-  optional_params = frozenset({("top_k", "is_stable"),
-                               ("reduce_max", "out_sharding"),
-                               ("reduce_min", "out_sharding")})
   record_codecs = _RECORD_CODECS
 
   def context_to_format(self, ctx) -> dict:
