@@ -33,7 +33,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 FORMAT_VERSION = 2
-OLDEST_READABLE_FORMAT_VERSION = 2
+OLDEST_READABLE_FORMAT_VERSION = 1
 
 # SHA-256 of the compiled schema descriptor (jaxpr_io/_proto/jaxpr.desc) that
 # each format version was released with. A schema change without a new entry
