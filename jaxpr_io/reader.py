@@ -40,6 +40,8 @@ _MEMORY_SPACES = {
     pb.MemorySpace["MEMORY_SPACE_HOST"]: compat.MemorySpace.Host,
     pb.MemorySpace["MEMORY_SPACE_ANY"]: compat.MemorySpace.Any,
 }
+_NAME_ENTRY_TYPES = {pb.NameStackKind["SCOPE"]: compat.NameScope,
+                     pb.NameStackKind["TRANSFORM"]: compat.NameTransform}
 _MAX_RANK = 64
 _MAX_DIM = 1 << 62
 _MAX_DIM_EXPR = 1000
@@ -105,6 +107,7 @@ class Reader:
     self._scope = None
     self._dims: dict[str, Any] = {}
     self._source_infos: dict[int, Any] = {}
+    self._name_entries: dict[tuple[int, int], Any] = {}
     # Jaxpr indices referenced by the param set being decoded, for each
     # jaxpr's nesting depth and its size with shared sub-jaxprs inlined.
     self._refs: list[int] | None = None
@@ -357,12 +360,16 @@ class Reader:
     if stack is None:
       entries = []
       for e in self.msg.name_stacks[i].entries:
-        if e.kind == pb.NameStackKind["SCOPE"]:
-          entries.append(compat.NameScope(self.string(e.name)))
-        elif e.kind == pb.NameStackKind["TRANSFORM"]:
-          entries.append(compat.NameTransform(self.string(e.name)))
-        else:
-          raise FormatError(f"unknown name stack entry kind {e.kind}")
+        # Entries are immutable and repeat across stacks; building one is
+        # slow on JAX 0.12 (a frozen dataclass), so each is built once.
+        key = (e.kind, e.name)
+        entry = self._name_entries.get(key)
+        if entry is None:
+          cls = _NAME_ENTRY_TYPES.get(e.kind)
+          if cls is None:
+            raise FormatError(f"unknown name stack entry kind {e.kind}")
+          entry = self._name_entries[key] = cls(self.string(e.name))
+        entries.append(entry)
       stack = self._name_stacks[i] = compat.NameStack(tuple(entries))
     return stack
 

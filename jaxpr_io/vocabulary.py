@@ -18,6 +18,7 @@ values that a reading release cannot express.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 # (primitive, param) slots that hold OPEN jaxprs (no constants), or tuples
@@ -76,10 +77,18 @@ class Where:
   writer_jax: str
   reader_jax: str
 
-  def has_param(self, jax_version: str, primitive: str, param: str) -> bool:
-    """Whether that JAX release's `primitive` has the optional `param`."""
-    since = OPTIONAL_PARAMS[primitive][param][1]
-    return release_line(jax_version) >= since
+  def reader_has(self, primitive: str, param: str) -> bool:
+    """Whether the reading release's `primitive` has the optional `param`."""
+    return _line(self.reader_jax) >= OPTIONAL_PARAMS[primitive][param][1]
+
+  def writer_had(self, primitive: str, param: str) -> bool:
+    """Whether the writing release's `primitive` has the optional `param`."""
+    return _line(self.writer_jax) >= OPTIONAL_PARAMS[primitive][param][1]
+
+
+@functools.lru_cache(maxsize=64)
+def _line(jax_version: str) -> tuple[int, int]:
+  return release_line(jax_version)
 
 
 def release_line(jax_version: str) -> tuple[int, int]:

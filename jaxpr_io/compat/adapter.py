@@ -39,6 +39,12 @@ class Adapter:
   # Record types only this release has: (class, name, encode, decode).
   record_codecs: list = []
 
+  def __init__(self):
+    # Vocabulary names that `from_format` may change.
+    self._touched = frozenset(
+        {*self.name_from_format, *self.params_from_format,
+         *vocabulary.OPTIONAL_PARAMS})
+
   def format_name(self, name: str) -> str:
     """The vocabulary name of this release's primitive `name`."""
     return self.name_to_format.get(name, name)
@@ -54,11 +60,13 @@ class Adapter:
                   where: vocabulary.Where) -> tuple[str, dict]:
     """(this release's primitive name, params) of a vocabulary equation.
     `params` is a fresh dict that this may change."""
+    if name not in self._touched:  # most equations: nothing to map
+      return name, params
     for param, (default, _) in vocabulary.OPTIONAL_PARAMS.get(name, {}).items():
-      if where.has_param(where.reader_jax, name, param):
+      if where.reader_has(name, param):
         # Only a file from a release without the param lacks it for sure;
         # JAX's own code may bind the primitive without it, too.
-        if not where.has_param(where.writer_jax, name, param):
+        if not where.writer_had(name, param):
           params.setdefault(param, default)
       elif param in params:
         value = params.pop(param)
