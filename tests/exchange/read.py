@@ -77,6 +77,47 @@ def _run_what_this_jax_can(prog, flat: list, meta: dict,
   return _run(prog, flat, meta, kept)
 
 
+_BUILDERS: dict | None = None
+
+
+def _own_trace_text(name: str) -> str | None:
+  """How this release prints its own trace of case `name` (None when this
+  release does not build the case)."""
+  global _BUILDERS
+  import jaxpr_io  # pylint: disable=g-import-not-at-top
+  from tests import roundtrip  # pylint: disable=g-import-not-at-top
+  from tests.exchange import cases  # pylint: disable=g-import-not-at-top
+  if _BUILDERS is None:
+    _BUILDERS = dict(cases.enumerate_cases())
+  builder = _BUILDERS.get(name)
+  if builder is None:
+    return None
+  try:
+    case = builder()
+  except cases.SkipCase:
+    return None
+  prog = jaxpr_io.trace(case.fn, *(case.trace_args or case.args),
+                        **case.kwargs)
+  return roundtrip.normalized_text(prog.closed_jaxpr)
+
+
+def _print_note(prog, name: str) -> list[str]:
+  """A note when the loaded program does not print like this release's own
+  trace of the same function (the releases' JAX may trace it differently,
+  e.g. another derivative rule; the computation is compared separately)."""
+  from tests import roundtrip  # pylint: disable=g-import-not-at-top
+  own = _own_trace_text(name)
+  loaded = roundtrip.normalized_text(prog.closed_jaxpr)
+  if own is None or loaded == own:
+    return []
+  first = next((i for i, (a, b) in enumerate(
+      zip(own.splitlines(), loaded.splitlines())) if a != b), None)
+  where = ("" if first is None else
+           f": line {first + 1} is {loaded.splitlines()[first].strip()!r}, "
+           f"its own {own.splitlines()[first].strip()!r}")
+  return [f"prints unlike jax {jax.__version__}'s own trace of it{where}"]
+
+
 def read_case(path: pathlib.Path, *, exact: bool) -> dict:
   """Loads, runs and compares the case whose program is `path` (its data
   beside it, `.npz`). `exact`: the file was written by this JAX version,
@@ -95,6 +136,9 @@ def read_case(path: pathlib.Path, *, exact: bool) -> dict:
     stage = "compare"
     expected = {k: v for k, v in groups.items() if k in actual}
     notes += common.assert_results_close(actual, expected, exact=exact)
+    if not exact:
+      stage = "print"
+      notes += _print_note(prog, path.stem)
   except AssertionError as e:
     return dict(common.error_record(e, stage), status="fail")
   except Exception as e:  # pylint: disable=broad-except
