@@ -42,7 +42,7 @@ def scan(out_path: str) -> None:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jaxpr_io import compat, registry  # pylint: disable=g-import-not-at-top
   from tests import programs  # pylint: disable=g-import-not-at-top
-  from tests.test_harnesses import _harnesses  # pylint: disable=g-import-not-at-top
+  from tests.harness_list import cpu_harnesses  # pylint: disable=g-import-not-at-top
 
   table: dict = collections.defaultdict(
       lambda: {"release_name": None, "params": collections.defaultdict(set)})
@@ -61,7 +61,7 @@ def scan(out_path: str) -> None:
             walk(item)
 
   for x64 in (False, True):
-    for h in _harnesses(x64):
+    for h in cpu_harnesses(x64):
       with jax.enable_x64(x64):
         try:
           args = h.dyn_args_maker(np.random.RandomState(0))

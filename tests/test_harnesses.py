@@ -14,37 +14,21 @@ group). The whole suite (5,483 harnesses without x64 and 7,414 with it):
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import zlib
 
 import jax
 import numpy as np
 import pytest
-from jax._src import test_util as jtu
-from jax._src.internal_test_util import test_harnesses
 
 from jaxpr_io import compat
+from tests import harness_list
 from tests.roundtrip import assert_bit_identical, assert_roundtrip
 
 SAMPLE = int(os.environ.get("JAXPR_IO_HARNESS_SAMPLE", "25"))
 
 
-def _harnesses(x64: bool):
-  # The module builds its harness list from the x64 flag at import time, with
-  # dtype lists that test_util caches: execute a separate copy of it under
-  # each setting (a copy, not a reload, so each list keeps its own classes).
-  spec = importlib.util.find_spec(test_harnesses.__name__)
-  module = importlib.util.module_from_spec(spec)
-  saved = jtu.dtypes
-  jtu.dtypes = type(saved)()
-  try:
-    with jax.enable_x64(x64):
-      spec.loader.exec_module(module)
-  finally:
-    jtu.dtypes = saved
-  return [h for h in module.all_harnesses if h.filter("cpu")]
+_harnesses = harness_list.cpu_harnesses
 
 
 def _cases():

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import test_util as jtu
-from jax._src.internal_test_util import test_harnesses
+
+from tests import harness_list
 
 F32 = np.float32
 
@@ -55,23 +54,8 @@ class SkipCase(Exception):
 
 # ---------------------------------------------------------------- harnesses
 def _harness_list() -> list:
-  """JAX's primitive harnesses that run on the CPU, built without x64.
-
-  As in tests/test_harnesses.py: the module builds its list from the x64
-  flag at import time, with dtype lists that test_util caches, so a
-  separate copy of it is executed under x64=False (not imported from there:
-  that module imports jaxpr_io, which the harness list must not need).
-  """
-  spec = importlib.util.find_spec(test_harnesses.__name__)
-  module = importlib.util.module_from_spec(spec)
-  saved = jtu.dtypes
-  jtu.dtypes = type(saved)()
-  try:
-    with jax.enable_x64(False):
-      spec.loader.exec_module(module)
-  finally:
-    jtu.dtypes = saved
-  return [h for h in module.all_harnesses if h.filter("cpu")]
+  """JAX's primitive harnesses that run on the CPU, built without x64."""
+  return harness_list.cpu_harnesses(False)
 
 
 def _harness_case(harness) -> Case:

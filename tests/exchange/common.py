@@ -326,3 +326,19 @@ def assert_results_close(actual: dict[str, list], expected: dict[str, list],
       notes += assert_leaf_close(a, e, exact=exact, where=f"{check}[{i}]",
                                  derived=check in DERIVED_CHECKS)
   return notes
+
+
+def parse_cli(doc: str, argv: list[str] | None):
+  """(OUTDIR, case globs or None) of the write/read command line; turns on
+  the compile cache in OUTDIR unless --no-cache."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  import pathlib  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+  parser.add_argument("outdir", type=pathlib.Path)
+  parser.add_argument("--only", help="comma-separated globs of case names")
+  parser.add_argument("--no-cache", action="store_true",
+                      help="do not use OUTDIR/.compile-cache")
+  ns = parser.parse_args(argv)
+  if not ns.no_cache:
+    use_compile_cache(ns.outdir)
+  return ns.outdir, (ns.only.split(",") if ns.only else None)

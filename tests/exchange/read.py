@@ -26,7 +26,6 @@ loading or running raised. Exit status 0 unless nothing could be read
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import pathlib
@@ -210,15 +209,8 @@ def read_all(outdir: pathlib.Path, only: list[str] | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("outdir", type=pathlib.Path)
-  parser.add_argument("--only", help="comma-separated globs of case names")
-  parser.add_argument("--no-cache", action="store_true",
-                      help="do not use OUTDIR/.compile-cache")
-  ns = parser.parse_args(argv)
-  if not ns.no_cache:
-    common.use_compile_cache(ns.outdir)
-  results = read_all(ns.outdir, ns.only.split(",") if ns.only else None)
+  outdir, only = common.parse_cli(__doc__, argv)
+  results = read_all(outdir, only)
   return 1 if results["fatal"] else 0
 
 

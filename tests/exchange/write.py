@@ -20,7 +20,6 @@ build).
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import os
@@ -159,21 +158,13 @@ def write_all(outdir: pathlib.Path, only: list[str] | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("outdir", type=pathlib.Path)
-  parser.add_argument("--only", help="comma-separated globs of case names")
-  parser.add_argument("--no-cache", action="store_true",
-                      help="do not use OUTDIR/.compile-cache")
-  ns = parser.parse_args(argv)
-  if not ns.no_cache:
-    common.use_compile_cache(ns.outdir)
-  only = ns.only.split(",") if ns.only else None
-  manifest = write_all(ns.outdir, only)
+  outdir, only = common.parse_cli(__doc__, argv)
+  manifest = write_all(outdir, only)
   counts = {}
   for entry in manifest["cases"].values():
     counts[entry["status"]] = counts.get(entry["status"], 0) + 1
   print(f"[write {jax.__version__}] {counts} in {manifest['seconds']} s -> "
-        f"{os.path.join(ns.outdir, jax.__version__)}")
+        f"{os.path.join(outdir, jax.__version__)}")
   return 1 if manifest["fatal"] else 0
 
 
