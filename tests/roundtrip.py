@@ -17,14 +17,26 @@ from jaxpr_io import compat
 _CALLABLE = re.compile(r"<function .*? at 0xX+>")
 
 
+# A frozenset prints in iteration order, which follows the string hashes of
+# the process (PYTHONHASHSEED) and the order of insertion, neither of which
+# the program carries (e.g. remat policies' checkpoint names).
+_FROZENSET = re.compile(r"frozenset\(\{([^{}()]*)\}\)")
+
+
+def _sorted_frozenset(match) -> str:
+  items = sorted(item.strip() for item in match.group(1).split(","))
+  return "frozenset({" + ", ".join(items) + "})"
+
+
 def normalized_text(closed) -> str:
   """The printed program; where JAX's own printer fails on it (some harnesses
-  bind primitives without params that the printer expects), the error."""
+  bind primitives without params that the printer expects), the error.
+  Callables and frozensets are normalized (see above)."""
   try:
     text = str(closed)
   except Exception as e:  # pylint: disable=broad-except
     text = f"<JAX cannot print this program: {type(e).__name__}: {e}>"
-  return _CALLABLE.sub("<function>", text)
+  return _FROZENSET.sub(_sorted_frozenset, _CALLABLE.sub("<function>", text))
 
 
 def bits(x) -> tuple:
