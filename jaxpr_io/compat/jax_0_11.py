@@ -1,4 +1,4 @@
-"""Adapter for JAX 0.11.x and 0.12.x: their objects <-> the format vocabulary.
+"""Adapter for JAX 0.11.x: its objects <-> the format vocabulary.
 
 These releases changed the jaxpr data model that the format's vocabulary
 (jaxpr_io/vocabulary.py) was first written from (JAX 0.10):
@@ -9,11 +9,15 @@ These releases changed the jaxpr data model that the format's vocabulary
 * `jit`'s `inline` became the `Inline` enum: stored as its value, a string
   ("auto", "jax_late", "jax_early", "xla_early", "xla_late").
 * `scan` groups its operands with `FlatTree` params `ft_in`/`ft_out` instead
-  of `num_consts`/`num_carry`, and lost `linear` and `_split_transpose`. The
-  file stores the counts (every release can read them) and, as optional
-  params, the trees themselves as records (`jax.FlatTree.*`), so a program
-  written and read by these releases prints exactly alike. Without them (a
-  file from JAX 0.10) the trees are rebuilt the way `lax.scan` builds them.
+  of `num_consts`/`num_carry`. The file stores the counts (every release
+  can read them) and, as optional params, the trees themselves as records
+  (`jax.FlatTree.*`), so a program written and read by these releases prints
+  exactly alike; JAX 0.10 skips them unread. Without them (a file from JAX
+  0.10) the trees are rebuilt the way `lax.scan` builds them.
+* New context settings (layout mode; 0.12's `no_collectives`) and params
+  added to existing primitives (`vocabulary.OPTIONAL_PARAMS`).
+
+0.12.x shares this data model; its adapter (jax_0_12.py) subclasses this one.
 """
 
 from __future__ import annotations
