@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import tempfile
 import zlib
@@ -88,6 +89,15 @@ def to_bytes(program: bytes, layout: DataLayout,
   return b"".join(_parts(program, layout, format_version))
 
 
+def _mode_for(path: str) -> int:
+  """The permission bits the file at `path` gets: those of the file it
+  replaces (private weights stay private), else the umask's default."""
+  try:
+    return stat.S_IMODE(os.stat(path).st_mode)
+  except FileNotFoundError:
+    return _FILE_MODE
+
+
 def write_file(path: str | os.PathLike, program: bytes, layout: DataLayout,
                format_version: int = version.FORMAT_VERSION) -> None:
   """Writes atomically: a temporary file in the same directory, fsynced, then
@@ -102,7 +112,7 @@ def write_file(path: str | os.PathLike, program: bytes, layout: DataLayout,
       for part in _parts(program, layout, format_version):
         f.write(part)
       f.flush()
-      os.fchmod(f.fileno(), _FILE_MODE)
+      os.fchmod(f.fileno(), _mode_for(path))
       os.fsync(f.fileno())
     os.replace(tmp, path)
   except BaseException:

@@ -297,9 +297,9 @@ def decode_record(r, msg, depth):
     return codec.from_fields(fields)
   except FormatError:
     raise
-  except (TypeError, ValueError) as e:
+  except (TypeError, ValueError, *compat.JAX_VALIDATION_ERRORS) as e:
     raise FormatError(f"record {name!r} with fields {fields!r} cannot be "
-                      f"rebuilt: {e}") from None
+                      f"rebuilt: {type(e).__name__}: {e}") from None
 
 
 # Exact type -> encoder. Types of dtypes and numpy scalars are filled in from

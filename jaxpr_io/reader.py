@@ -611,7 +611,8 @@ class _JaxprDecoder:
 # ours; they become FormatErrors that say where they happened.
 _DECODE_ERRORS = (FormatError, ArithmeticError, LookupError, TypeError,
                   RuntimeError,
-                  ValueError, AttributeError, AssertionError)
+                  ValueError, AttributeError, AssertionError,
+                  *compat.JAX_VALIDATION_ERRORS)
 
 
 def _describe_error(e: BaseException) -> str:

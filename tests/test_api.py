@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import struct
 import subprocess
 import sys
@@ -106,6 +107,18 @@ def test_save_is_atomic_and_load_maps(tmp_path, monkeypatch):
   (const,) = loaded.closed_jaxpr.consts
   assert not const.flags.writeable and not const.flags.owndata
   np.testing.assert_array_equal(loaded(np.ones(1000, np.float32)), weights)
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o644])
+def test_save_over_a_file_keeps_its_permissions(tmp_path, mode):
+  """Saving over private weights must not make them readable by others."""
+  prog = jaxpr_io.trace(lambda x: x * 2.0, 1.0)
+  path = tmp_path / "p.jaxpr"
+  path.write_bytes(b"old")
+  os.chmod(path, mode)
+  jaxpr_io.save(path, prog)
+  assert stat.S_IMODE(os.stat(path).st_mode) == mode
+  assert path.read_bytes() == jaxpr_io.dumps(prog)
 
 
 def test_constants_are_stored_once_and_aligned():

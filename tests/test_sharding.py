@@ -381,3 +381,36 @@ def test_too_few_devices_is_a_format_error(tmp_path, auto_mesh):
   assert result.returncode == 3, result.stderr[-3000:]
   assert "needs 8 devices but this process has 1" in result.stdout
   assert "xla_force_host_platform_device_count=8" in result.stdout
+
+
+def _records(value, type_index):
+  """Every `Record` of type string `type_index` inside a `Value`."""
+  kind = value.WhichOneof("kind")
+  if kind == "record":
+    if value.record.type == type_index:
+      yield value.record
+    for field in value.record.fields:
+      yield from _records(field, type_index)
+  elif kind in ("tuple", "frozenset"):
+    for item in getattr(value, kind).items:
+      yield from _records(item, type_index)
+
+
+def test_partition_spec_naming_an_axis_twice_is_a_format_error(auto_mesh):
+  """JAX refuses P('x', 'x') with its own exception type; loading turns it
+  into a FormatError that says where."""
+  sharding = NamedSharding(auto_mesh, P("x", "y"))
+  data = jaxpr_io.dumps(jaxpr_io.trace(
+      jax.jit(jnp.sin, in_shardings=sharding), X))
+
+  def mutate(msg):
+    strings = list(msg.strings)
+    specs = [r for ps in msg.param_sets for p in ps.params
+             for r in _records(p.value,
+                               strings.index("jax.sharding.PartitionSpec"))]
+    partitions = specs[0].fields[0].tuple.items
+    assert [strings[v.str] for v in partitions] == ["x", "y"]
+    partitions[1].str = partitions[0].str
+  from tests.test_bad_input import mutated  # pylint: disable=g-import-not-at-top
+  with pytest.raises(jaxpr_io.FormatError, match="DuplicateSpecError"):
+    jaxpr_io.loads(mutated(data, mutate))

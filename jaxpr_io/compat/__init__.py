@@ -88,6 +88,9 @@ UnspecifiedValue = named_sharding.UnspecifiedValue
 UNSPECIFIED = named_sharding.UNSPECIFIED
 PartitionSpec = partition_spec.PartitionSpec
 UnconstrainedSingleton = type(PartitionSpec.UNCONSTRAINED)
+# Exceptions JAX raises when it validates objects a reader builds (beyond
+# TypeError/ValueError): bad input, reported as a FormatError.
+JAX_VALIDATION_ERRORS = (named_sharding.DuplicateSpecError,)
 Device = _jax.Device
 
 PRNGImpl = prng.PRNGImpl
