@@ -83,8 +83,9 @@ is zero, and JAX's partial evaluation of `scan` leaves such dead equations
 with rules of their former arity, which cannot be traced.
 
 Where JAX has one type for open and closed jaxprs (0.11 and later), the
-writer is told which of the two each stored jaxpr is (see `_StoredJaxpr`),
-so every release writes the same values.
+writer stores rule jaxprs closed (their params' slot in the vocabulary) and
+is told that `zero_types` are open (see `_OpenJaxpr`), so every release
+writes the same values.
 
 `debug` is `(traced_for, func_src_info, arg_names)` of the rule's
 `lu.DebugInfo` (`arg_names` a tuple of strings or None): JAX prints the
@@ -259,72 +260,55 @@ def _decode_debug(stored):
   return compat.DebugInfo(stored[0], stored[1], stored[2], None)
 
 
-class _StoredJaxpr:
-  """A jaxpr inside a stored rule value, marked with whether the file holds
-  it closed (with its constants) or open.
+class _OpenJaxpr:
+  """A jaxpr inside a stored rule value that the file holds open (without
+  constants): a backward rule's `zero_types`.
 
   Where open and closed jaxprs are one type (JAX 0.11+) the writer takes
   the choice from the param's slot in the vocabulary
-  (`jaxpr_io.vocabulary.OPEN_JAXPR_PARAMS`), which speaks of JAX's own
-  param values, not of the rule values stored here; the marks make each
-  release store what JAX 0.10 stores: rule jaxprs closed, zero types
-  open."""
+  (`jaxpr_io.vocabulary.OPEN_JAXPR_PARAMS`); the custom-rule params' slots
+  hold closed jaxprs, which is what every rule jaxpr is, so only this one
+  needs marking for each release to store what JAX 0.10 stores."""
 
-  __slots__ = ("jaxpr", "closed")
+  __slots__ = ("jaxpr",)
 
-  def __init__(self, jaxpr, closed: bool):
+  def __init__(self, jaxpr):
     self.jaxpr = jaxpr
-    self.closed = closed
 
 
-def _encode_stored_jaxpr(w, value: _StoredJaxpr, out, depth: int) -> None:
+def _encode_open_jaxpr(w, value: _OpenJaxpr, out, depth: int) -> None:
   saved = w.open_jaxpr_slot
-  w.open_jaxpr_slot = not value.closed
+  w.open_jaxpr_slot = True
   try:
     param_codecs.encode_value(w, value.jaxpr, out, depth)
   finally:
     w.open_jaxpr_slot = saved
 
 
-param_codecs.register_value_encoder(_StoredJaxpr, _encode_stored_jaxpr)
-
-
-def _closed_marked(value):
-  """`value` with every jaxpr in its tuples marked to be stored closed
-  (where open and closed jaxprs are two types, the type still decides)."""
-  if type(value) is tuple:
-    return tuple(_closed_marked(v) for v in value)
-  if compat.is_jaxpr(value):
-    return _StoredJaxpr(value, closed=True)
-  return value
+param_codecs.register_value_encoder(_OpenJaxpr, _encode_open_jaxpr)
 
 
 def _marked_definition(value: tuple) -> tuple:
-  """A stored definition `(kind, key, debug, rules)` with its jaxprs marked
-  as the format stores them (see the module docstring): each rule's jaxpr
-  closed, a backward rule's `zero_types` open."""
+  """A stored definition `(kind, key, debug, rules)` with a backward rule's
+  `zero_types` marked open (see `_OpenJaxpr`)."""
   kind, key, debug, rules = value
-  if kind == "bwd":
-    rules = tuple(
-        (ct_zeros, _StoredJaxpr(bwd, closed=True), mask,
-         None if zero_types is None else _StoredJaxpr(zero_types,
-                                                      closed=False))
-        for ct_zeros, bwd, mask, zero_types in rules)
-  else:
-    rules = tuple((rule[0], _StoredJaxpr(rule[1], closed=True), *rule[2:])
-                  for rule in rules)
-  return (kind, key, debug, rules)
+  if kind != "bwd":
+    return value
+  return (kind, key, debug, tuple(
+      (ct_zeros, bwd, mask, None if zero_types is None
+       else _OpenJaxpr(zero_types))
+      for ct_zeros, bwd, mask, zero_types in rules))
 
 
 def _fingerprint(value) -> str:
   """A hash of how `value` is stored, with nested custom rules left out.
-  Its jaxprs are marked closed: on releases with one jaxpr type the hash
-  must not depend on the slot of the param being written."""
+  The fresh writer's slot holds closed jaxprs, as the custom-rule params'
+  slots do."""
   w = writer_lib.Writer()
   message = pb.Value()
   _STATE.fingerprinting += 1
   try:
-    param_codecs.encode_value(w, _closed_marked(value), message)
+    param_codecs.encode_value(w, value, message)
   finally:
     _STATE.fingerprinting -= 1
   digest = hashlib.sha256()
