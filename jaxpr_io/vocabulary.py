@@ -79,22 +79,24 @@ class Where:
 
   def reader_has(self, primitive: str, param: str) -> bool:
     """Whether the reading release's `primitive` has the optional `param`."""
-    return _line(self.reader_jax) >= OPTIONAL_PARAMS[primitive][param][1]
+    return release_line(self.reader_jax) >= OPTIONAL_PARAMS[primitive][param][1]
 
   def writer_had(self, primitive: str, param: str) -> bool:
     """Whether the writing release's `primitive` has the optional `param`."""
-    return _line(self.writer_jax) >= OPTIONAL_PARAMS[primitive][param][1]
+    return release_line(self.writer_jax) >= OPTIONAL_PARAMS[primitive][param][1]
 
 
-@functools.lru_cache(maxsize=64)
-def _line(jax_version: str) -> tuple[int, int]:
-  return release_line(jax_version)
+@functools.lru_cache(maxsize=64)  # per equation on load; few distinct texts
+def parse_jax_version(text: str) -> tuple[int, int, int]:
+  """(major, minor, patch) of a JAX version string such as '0.12.0.1' or
+  '0.13.0.dev20261201'."""
+  numbers = re.findall(r"\d+", text)[:3]
+  return tuple(int(n) for n in numbers) + (0,) * (3 - len(numbers))
 
 
 def release_line(jax_version: str) -> tuple[int, int]:
-  """(major, minor) of a version string such as '0.12.0.1'."""
-  numbers = re.findall(r"\d+", jax_version)[:2]
-  return tuple(int(n) for n in numbers) + (0,) * (2 - len(numbers))
+  """(major, minor) of a JAX version string."""
+  return parse_jax_version(jax_version)[:2]
 
 
 def unrepresentable(where: Where, primitive: str, param: str, value,

@@ -47,7 +47,7 @@ Jaxpr = core.Jaxpr
 # `ClosedJaxpr` stayed as an alias in 0.11 and is gone in 0.12). On those
 # releases `ClosedJaxpr is Jaxpr`: every jaxpr is "closed" over its (possibly
 # empty) consts, and whether a param holds a closed or an open jaxpr is a
-# fact of the format's vocabulary (`jaxpr_io.vocabulary.CLOSED_JAXPR_PARAMS`),
+# fact of the format's vocabulary (`jaxpr_io.vocabulary.OPEN_JAXPR_PARAMS`),
 # not of the Python type.
 ClosedJaxpr = getattr(core, "ClosedJaxpr", core.Jaxpr)
 MERGED_JAXPRS = ClosedJaxpr is Jaxpr
@@ -336,5 +336,6 @@ def weak_jax_array(x):
 
 # ---------------------------------------------------------------- adapter
 # The one object that maps this release's primitive names and params to the
-# format's vocabulary and back (jaxpr_io/compat/jax_0_10.py, jax_0_11.py).
+# format's vocabulary and back (jax_0_10.py, jax_0_11.py, jax_0_12.py,
+# chosen by releases.py).
 ADAPTER = releases.adapter_for(JAX_VERSION)

@@ -21,8 +21,9 @@ round-trip, and anything the adapter does not know fails with
 from __future__ import annotations
 
 import importlib
-import re
 import warnings
+
+from jaxpr_io import vocabulary
 
 # (major, minor) of a release line -> adapter module (in this package).
 ADAPTERS = {
@@ -38,16 +39,9 @@ class NewerJaxWarning(UserWarning):
   """The running JAX release is newer than every adapter of jaxpr_io."""
 
 
-def parse_version(text: str) -> tuple[int, ...]:
-  """(major, minor, patch) of a version string such as '0.12.0.1' or
-  '0.13.0.dev20261201'."""
-  numbers = re.findall(r"\d+", text)[:3]
-  return tuple(int(n) for n in numbers) + (0,) * (3 - len(numbers))
-
-
 def adapter_name(jax_version: str) -> tuple[str, bool]:
   """(adapter module name, whether the release is newer than every row)."""
-  version = parse_version(jax_version)
+  version = vocabulary.parse_jax_version(jax_version)
   if version < OLDEST:
     raise ImportError(
         f"jaxpr_io supports jax {SUPPORTED_JAX}; this is jax "
