@@ -16,16 +16,18 @@ from jaxpr_io import remat as _remat  # noqa: F401
 from jaxpr_io import sharding as _sharding  # noqa: F401
 from jaxpr_io.callbacks import register_callback
 from jaxpr_io.program import Program, dumps, load, loads, save, trace
+from jaxpr_io.trust import DroppedParamWarning, register_ffi_target
 from jaxpr_io.registry import (register_enum, register_eqn_param_codec,
                                register_named_tuple, register_param_codec,
                                register_primitive)
 from jaxpr_io.version import FORMAT_VERSION, __version__
 
 __all__ = [
-    "FORMAT_VERSION", "FormatError", "JaxprIoError", "Program",
+    "DroppedParamWarning", "FORMAT_VERSION", "FormatError", "JaxprIoError",
+    "Program",
     "UnsupportedError", "__version__", "dumps", "load", "loads",
     "register_callback",
-    "register_enum", "register_eqn_param_codec", "register_named_tuple",
+    "register_enum", "register_ffi_target", "register_eqn_param_codec", "register_named_tuple",
     "register_param_codec",
     "register_primitive", "save", "trace",
 ]

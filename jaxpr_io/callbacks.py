@@ -22,7 +22,8 @@ Stored values (inside `Value.param_codec`), by (primitive, param):
 * `pure_callback` / `io_callback`, `callback` (JAX's `_FlatCallback`):
   `(name, in_tree)`, the registered name of the user function and the
   structure of its `(args, kwargs)`;
-* `pure_callback` / `io_callback`, `result_avals`: a tuple of avals, each
+* `pure_callback` / `io_callback` / `ffi_call`, `result_avals`: a tuple of
+  avals, each
   `(shape, dtype, weak_type, sharding | None, memory_space,
   manual_axis_type | None)` (None: the default of an unsharded value);
 * `debug_callback`, `callback` (the wrapper `jax.debug.callback` makes):
@@ -419,6 +420,9 @@ _CODECS = (
      _flat_callback_encoder("jax.experimental.io_callback"),
      decode_flat_callback),
     ("io_callback", "result_avals", encode_avals, decode_avals),
+    # `jax.ffi.ffi_call`'s results; which targets a file may call is
+    # jaxpr_io/trust.py's decision.
+    ("ffi_call", "result_avals", encode_avals, decode_avals),
     ("debug_callback", "callback", encode_debug_callback,
      decode_debug_callback),
     ("debug_callback", "effect", encode_debug_effect, decode_debug_effect),

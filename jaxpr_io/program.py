@@ -100,9 +100,16 @@ class Program:
       self._symbolic = specialize.has_symbolic_dims(closed.in_avals)
       self._fun = compat.jaxpr_as_fun(closed)
       self._specialized = {}
-    if not self._symbolic:
-      return self._fun
     shapes = [jax.numpy.shape(x) for x in flat]
+    if not self._symbolic:
+      # eval_jaxpr trusts its arguments: a wrong shape would run the
+      # program's equations on operands they were not built for.
+      for i, (shape, aval) in enumerate(zip(shapes, closed.in_avals)):
+        if tuple(shape) != aval.shape:
+          path = pytrees.display_path(pytrees.leaf_paths(self.in_tree)[i])
+          raise TypeError(f"input {path} has shape {tuple(shape)}, but the "
+                          f"program takes {aval.str_short()}")
+      return self._fun
     if shapes == [a.shape for a in closed.in_avals]:
       return self._fun  # traced with the program's own symbolic dims
     env = symbolic.solve_dims(closed.in_avals, self.in_tree, shapes)
@@ -114,7 +121,8 @@ class Program:
     return fun
 
   def __str__(self) -> str:
-    return str(self._closed_jaxpr)
+    # Verifies constants first: the text prints small ones.
+    return str(self.closed_jaxpr)
 
   def __repr__(self) -> str:
     ins = ", ".join(a.str_short() for a in self.in_avals)
@@ -157,7 +165,9 @@ def as_program(program) -> Program:
 def serialize(program):
   """(program message bytes, data layout) of a Program or ClosedJaxpr."""
   program = as_program(program)
-  return writer.write(program._closed_jaxpr, program.in_tree,  # pylint: disable=protected-access
+  # `closed_jaxpr` verifies a loaded program's constants: a copy must not
+  # give corrupt data fresh checksums.
+  return writer.write(program.closed_jaxpr, program.in_tree,
                       program.out_tree, program.metadata)
 
 
@@ -173,9 +183,9 @@ def save(path: str | os.PathLike, program) -> None:
 
 
 def _from_container(data_container: container.Container, check: bool,
-                    lazy: bool) -> Program:
+                    lazy: bool, trusted: bool) -> Program:
   closed, in_tree, out_tree, msg, rd = reader.read(
-      data_container, verify_blobs=not lazy)
+      data_container, verify_blobs=not lazy, trusted=trusted)
   producer = {"format_version": msg.format_version,
               "jaxpr_io_version": msg.producer.jaxpr_io_version,
               "jax_version": msg.producer.jax_version,
@@ -186,6 +196,7 @@ def _from_container(data_container: container.Container, check: bool,
       raise FormatError(f"{data_container.source}: metadata key "
                         f"{kv.key!r} appears twice")
     metadata[kv.key] = kv.value
+  rd.screen.warn(data_container.source, stacklevel=3)  # the user's call
   verify = rd.verify_pending_blobs if rd.pending_blobs else None
   program = Program(closed, in_tree, out_tree, metadata, producer=producer,
                     _verify=verify)
@@ -198,17 +209,57 @@ def _from_container(data_container: container.Container, check: bool,
           f"{data_container.source}: the program expands to over "
           f"{MAX_CHECKED_EQUATIONS:,} equations when shared sub-jaxprs are "
           "inlined, too many to type-check; load it without check=True")
-    try:
-      compat.check_jaxpr(closed.jaxpr)
-    except Exception as e:  # pylint: disable=broad-except
-      # JaxprTypeError, and whatever JAX's typecheck rules raise on programs
-      # no tracer would build: all mean the file is not a valid program.
-      raise FormatError(f"{data_container.source}: the program does not "
-                        f"type-check: {type(e).__name__}: {e}") from None
+    _check(program, data_container.source)
   return program
 
 
-def loads(data: bytes, *, check: bool = False) -> Program:
+def _abstract_arg(aval):
+  """A `ShapeDtypeStruct` for lowering with `aval`: with its sharding when
+  the program uses explicit sharding, so that lowering sees what a call
+  would pass."""
+  sharding = getattr(aval, "sharding", None)
+  if sharding is not None and getattr(sharding.mesh, "axis_names", ()):
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,
+                                weak_type=aval.weak_type)
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype,
+                              weak_type=aval.weak_type)
+
+
+def _check(program: Program, source: str) -> None:
+  """`check=True`: everything a caller does first with a program works.
+
+  Runs JAX's type checker (every equation's abstract evaluation and typing
+  rule, sub-jaxprs included), prints the program, serializes it again, and
+  lowers and compiles it for this process's default backend (a program with
+  symbolic dimensions is exported with `jax.export` instead, as it cannot be
+  compiled before its shapes are known). A failure in any step is a
+  `FormatError` naming the step: the file is not a program this process can
+  run."""
+  closed = program.closed_jaxpr
+  fun = compat.jaxpr_as_fun(closed)
+  args = [_abstract_arg(a) for a in closed.in_avals]
+  steps = (
+      ("does not type-check", lambda: compat.check_jaxpr(closed.jaxpr)),
+      ("cannot be printed", lambda: str(closed)),
+      ("cannot be serialized again", lambda: serialize(program)),
+      ("cannot be lowered and compiled",
+       (lambda: jax.export.export(jax.jit(fun))(*args))
+       if specialize.has_symbolic_dims(closed.in_avals)
+       else lambda: jax.jit(fun).lower(*args).compile()),
+  )
+  for what, step in steps:
+    try:
+      step()
+    except Exception as e:  # pylint: disable=broad-except
+      # Whatever JAX raises on programs no tracer would build (JaxprTypeError,
+      # shape-rule errors, lowering and compiler errors) means the file is
+      # not a valid program.
+      raise FormatError(f"{source}: the program {what}: "
+                        f"{type(e).__name__}: {e}") from None
+
+
+def loads(data: bytes, *, check: bool = False,
+          trusted: bool = False) -> Program:
   """Rebuilds a `Program` from bytes written by `dumps`.
 
   Trust model: `data` is untrusted. Loading never unpickles, evaluates or
@@ -220,10 +271,12 @@ def loads(data: bytes, *, check: bool = False) -> Program:
   """
   if not isinstance(data, (bytes, bytearray, memoryview)):
     raise TypeError(f"loads expects bytes, got {type(data).__name__}")
-  return _from_container(container.Container(bytes(data)), check, lazy=True)
+  return _from_container(container.Container(bytes(data)), check, lazy=True,
+                         trusted=trusted)
 
 
-def load(path: str | os.PathLike, *, check: bool = False) -> Program:
+def load(path: str | os.PathLike, *, check: bool = False,
+         trusted: bool = False) -> Program:
   """Loads a `Program` from a file written by `save`.
 
   The file is mapped, not read: constants are read-only views of the mapping,
@@ -232,4 +285,5 @@ def load(path: str | os.PathLike, *, check: bool = False) -> Program:
   modified in place while the program is alive (replacing it, as `save`
   does, is safe). Same trust model as `loads`.
   """
-  return _from_container(container.map_file(path), check, lazy=True)
+  return _from_container(container.map_file(path), check, lazy=True,
+                         trusted=trusted)

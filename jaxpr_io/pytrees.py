@@ -598,7 +598,7 @@ class _Slot:
   __slots__ = ()
 
 
-def _paths_of(treedef) -> list[tuple]:
+def leaf_paths(treedef) -> list[tuple]:
   """The key path of each leaf of `treedef`, in leaf order."""
   tree = treedef.unflatten([_Slot() for _ in range(treedef.num_leaves)])
   return [p for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
@@ -607,7 +607,7 @@ def _paths_of(treedef) -> list[tuple]:
 @functools.lru_cache(maxsize=64)
 def _expected_call_paths(treedef) -> tuple[tuple[tuple, ...], bool]:
   """(call path of each leaf, whether they are distinct) of a signature."""
-  paths = tuple(call_path(p) for p in _paths_of(treedef))
+  paths = tuple(call_path(p) for p in leaf_paths(treedef))
   return paths, len(set(paths)) == len(paths)
 
 
@@ -626,7 +626,7 @@ def flatten_call_args(in_tree, args) -> list:
   try:
     expected, distinct = _expected_call_paths(in_tree)
   except TypeError:  # an auxdata that cannot be hashed: not cacheable
-    expected = tuple(call_path(p) for p in _paths_of(in_tree))
+    expected = tuple(call_path(p) for p in leaf_paths(in_tree))
     distinct = len(set(expected)) == len(expected)
   pairs, _ = jax.tree_util.tree_flatten_with_path(args)
   try:
@@ -711,7 +711,7 @@ def _listing(paths) -> str:
 
 
 def _mismatch_message(in_tree, tree, expected, given) -> str:
-  shown = [display_path(p) for p in _paths_of(in_tree)]
+  shown = [display_path(p) for p in leaf_paths(in_tree)]
   missing = [_display_call_path(p) for p in expected if p not in given]
   expected_set = set(expected)
   unexpected = [_display_call_path(p) for p in given
@@ -729,10 +729,10 @@ def signature_text(in_tree, in_avals, out_tree, out_avals) -> str:
   """A readable signature: each input and output leaf by key path with its
   type, the structures, and the nodes loaded as plain containers."""
   lines = [f"inputs {in_tree}:"]
-  for path, aval in zip(_paths_of(in_tree), in_avals):
+  for path, aval in zip(leaf_paths(in_tree), in_avals):
     lines.append(f"  {display_path(path)}: {aval.str_short()}")
   lines.append(f"outputs {out_tree}:")
-  for path, aval in zip(_paths_of(out_tree), out_avals):
+  for path, aval in zip(leaf_paths(out_tree), out_avals):
     name = jax.tree_util.keystr(tuple(path)) or "(the whole output)"
     lines.append(f"  {name}: {aval.str_short()}")
   for where, tree in (("inputs", in_tree), ("outputs", out_tree)):

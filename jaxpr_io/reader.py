@@ -26,10 +26,12 @@ from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io.compat import symbolic
+from jaxpr_io import dim_grammar
 from jaxpr_io import dtypes
 from jaxpr_io import params
 from jaxpr_io import pytrees
 from jaxpr_io import registry
+from jaxpr_io import trust
 from jaxpr_io import validate
 from jaxpr_io import vocabulary
 from jaxpr_io.errors import FormatError
@@ -45,10 +47,20 @@ _NAME_ENTRY_TYPES = {pb.NameStackKind["SCOPE"]: compat.NameScope,
                      pb.NameStackKind["TRANSFORM"]: compat.NameTransform}
 _MAX_RANK = 64
 _MAX_DIM = 1 << 62
-_MAX_DIM_EXPR = 1000
 _MAX_CONSTRAINTS = 100
 _MAX_ZERO_SIZE_ELEMENTS = 1 << 31
 _SIZE_CAP = 1 << 62
+# Resource limits of an untrusted load: building the program may take at most
+# MEMORY_FACTOR times the file's size plus FIXED_OVERHEAD bytes. The reader
+# charges, before it builds them, what the objects of each table and jaxpr
+# cost in Python (measured on jax 0.10 and 0.12, CPython 3.11-3.12; a real
+# program costs about 16x its file size, a file of tiny equations 60x).
+MEMORY_FACTOR = 16
+FIXED_OVERHEAD = 128 << 20
+_EQN_COST = 350       # JaxprEqn, its in/out lists, its params dict
+_VAR_COST = 100       # Var (or Literal) and its list slot
+_AVAL_COST = 300      # ShapedArray with its shape tuple
+_TABLE_ENTRY_COST = 100   # a string, param set, name stack, context
 _TYPED_SCALARS = {"int": compat.TypedInt, "float": compat.TypedFloat,
                   "complex": compat.TypedComplex}
 _PYTHON_SCALARS = {"bool": bool, "int": int, "big_int": int,
@@ -88,8 +100,10 @@ def parse_program(data: bytes, source: str):
 class Reader:
   """Rebuilds the objects of one `Program` message."""
 
-  def __init__(self, msg, blobs: container.Container, *, verify_blobs: bool):
+  def __init__(self, msg, blobs: container.Container, *, verify_blobs: bool,
+               trusted: bool = False):
     self.msg = msg
+    self.screen = trust.Screen(trusted)
     self.container = blobs
     self.source = blobs.source
     self.verify_blobs = verify_blobs
@@ -115,6 +129,34 @@ class Reader:
     self._sizes: list[int] = []
     self.where = vocabulary.Where(blobs.source, msg.producer.jax_version,
                                   compat.JAX_VERSION)
+    self._budget = (None if trusted else
+                    MEMORY_FACTOR * len(blobs.buffer) + FIXED_OVERHEAD)
+
+  # ----------------------------------------------------- resource limits
+  def charge(self, nbytes: int, what: str) -> None:
+    """Counts `nbytes` of objects about to be built against the budget."""
+    if self._budget is None:
+      return
+    self._budget -= nbytes
+    if self._budget < 0:
+      raise FormatError(
+          f"{what} would take more memory than an untrusted file of "
+          f"{len(self.container.buffer):,} bytes may ask for "
+          f"({MEMORY_FACTOR}x its size + {FIXED_OVERHEAD >> 20} MiB); load "
+          "it with trusted=True if you know where it comes from")
+
+  def charge_tables(self) -> None:
+    """Charges every table and every jaxpr's equations before any is built:
+    a file cannot make the reader allocate first and refuse later."""
+    m = self.msg
+    self.charge((len(m.strings) + len(m.param_sets) + len(m.name_stacks)
+                 + len(m.eqn_contexts)) * _TABLE_ENTRY_COST
+                + sum(len(s) for s in m.strings)
+                + (len(m.avals) + len(m.arrays)) * _AVAL_COST,
+                "the program's tables")
+    self.charge(sum(len(j.eqns) * (_EQN_COST + _VAR_COST)
+                    + (len(j.constvars) + len(j.invars)) * _VAR_COST
+                    for j in m.jaxprs), "the program's equations")
 
   # ------------------------------------------------------------ helpers
   # Errors are raised without a location; the loops that walk the tables
@@ -193,16 +235,15 @@ class Reader:
     """The symbolic dimension `text`, in the program's one scope."""
     dim = self._dims.get(text)
     if dim is None:
-      # JAX's parser and normalizer are superlinear: bound what they get.
-      if len(text) > _MAX_DIM_EXPR:
-        raise FormatError(f"symbolic dimension of {len(text)} characters is "
-                          f"over the limit of {_MAX_DIM_EXPR}")
+      # JAX's parser trusts its input: bound what it gets.
+      dim_grammar.check(text)
       if self._scope is None:
         constraints = self.msg.symbolic_constraints
-        if len(constraints) > _MAX_CONSTRAINTS or any(
-            len(c) > _MAX_DIM_EXPR for c in constraints):
-          raise FormatError("the symbolic constraints are too many or too "
-                            "long")
+        if len(constraints) > _MAX_CONSTRAINTS:
+          raise FormatError(f"{len(constraints)} symbolic constraints are "
+                            f"over the limit of {_MAX_CONSTRAINTS}")
+        for c in constraints:
+          dim_grammar.check(c, constraint=True)
         try:
           self._scope = symbolic.new_scope(constraints)
         except (ValueError, TypeError, RecursionError,
@@ -214,6 +255,7 @@ class Reader:
               tokenize.TokenError) as e:  # TokenError: Python 3.12's tokenizer
         raise FormatError(f"symbolic dimension {text!r} does not parse: "
                           f"{e}") from None
+      dim_grammar.check_value(text, dim)
       self._dims[text] = dim
     return dim
 
@@ -410,6 +452,10 @@ class Reader:
         except _DECODE_ERRORS as e:
           raise FormatError(f"param set {i}, param {key!r}: "
                             f"{_describe_error(e)}") from None
+      try:
+        validate.check_param_values(values)
+      except FormatError as e:
+        raise FormatError(f"param set {i}: {e}") from None
       entry = self._param_sets[i] = (name, values, tuple(self._refs))
       self._refs = outer_refs
     if entry[0] != name and any(
@@ -470,6 +516,9 @@ class Reader:
         self.jaxprs.append(decoder.decode())
       except FormatError as e:
         raise FormatError(f"jaxpr {i}: {e}") from None
+      # Variables beyond one output per equation (charged up front).
+      self.charge(max(0, len(decoder.env) - len(m.eqns) - len(m.constvars)
+                      - len(m.invars)) * _VAR_COST, f"jaxpr {i}")
       depth = 1 + max((self._depths[j] for j in decoder.refs), default=0)
       if depth > MAX_JAXPR_DEPTH:
         raise FormatError(f"jaxpr {i} nests {depth} levels deep, over the "
@@ -600,6 +649,9 @@ class _JaxprDecoder:
     # From the format's vocabulary to this release's primitive and params.
     release_name, values = compat.ADAPTER.from_format(name, values, r.where)
     prim = r.primitive(release_name)
+    screen = trust.SCREENS.get(release_name)
+    if screen is not None:
+      values = screen(release_name, values, r.screen)
     validate.check_equation(name, prim, len(invars), n_out, values)
     return compat.new_eqn(invars, outvars, prim, values,
                           self.effects(e.effects) if e.effects
@@ -621,7 +673,8 @@ def _describe_error(e: BaseException) -> str:
   return f"invalid program ({type(e).__name__}: {e})"
 
 
-def read(data_container: container.Container, *, verify_blobs: bool):
+def read(data_container: container.Container, *, verify_blobs: bool,
+         trusted: bool = False):
   """(closed jaxpr, in_tree, out_tree, message, reader) of a container."""
   # Rebuilding a program allocates tens of thousands of small acyclic
   # objects; the cyclic collector would rescan them many times over (about
@@ -630,13 +683,14 @@ def read(data_container: container.Container, *, verify_blobs: bool):
   was_enabled = gc.isenabled()
   gc.disable()
   try:
-    return _read(data_container, verify_blobs=verify_blobs)
+    return _read(data_container, verify_blobs=verify_blobs, trusted=trusted)
   finally:
     if was_enabled:
       gc.enable()
 
 
-def _read(data_container: container.Container, *, verify_blobs: bool):
+def _read(data_container: container.Container, *, verify_blobs: bool,
+          trusted: bool):
   source = data_container.source
   msg = parse_program(data_container.program, source)
   if msg.format_version != data_container.format_version:
@@ -644,8 +698,10 @@ def _read(data_container: container.Container, *, verify_blobs: bool):
         f"{source}: the header says format version "
         f"{data_container.format_version} but the program message says "
         f"{msg.format_version}")
-  reader = Reader(msg, data_container, verify_blobs=verify_blobs)
+  reader = Reader(msg, data_container, verify_blobs=verify_blobs,
+                  trusted=trusted)
   try:
+    reader.charge_tables()
     reader.decode_avals()
     reader.build_jaxprs()
     closed = reader.closed_jaxpr(msg.root)

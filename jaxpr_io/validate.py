@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from jaxpr_io import compat
 from jaxpr_io.errors import FormatError
 
@@ -82,6 +84,42 @@ ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
     "cond": _cond,
     "while": _while,
 }
+
+
+# ------------------------------------------------------- param values
+# Params whose values JAX passes to XLA without checking them first: a wrong
+# type there aborts the process at lowering or compilation (an int where a
+# `Precision` belongs is "LLVM ERROR: Invalid value"). Keyed by param name,
+# whatever the primitive: the meaning is the same wherever they appear.
+_PRECISION = compat.ENUMS["jax.lax.Precision"]
+_DOT_ALGORITHM_PRESET = compat.ENUMS["jax.lax.DotAlgorithmPreset"]
+
+
+def _precision(value) -> bool:
+  if value is None or type(value) in (_PRECISION, _DOT_ALGORITHM_PRESET):
+    return True
+  return (type(value) is tuple and len(value) == 2
+          and all(v is None or type(v) is _PRECISION for v in value))
+
+
+def _optional_dtype(value) -> bool:
+  return value is None or isinstance(value, np.dtype)
+
+
+PARAM_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "precision": (_precision, "None, a Precision, a DotAlgorithmPreset or a "
+                              "pair of Precisions"),
+    "preferred_element_type": (_optional_dtype, "None or a dtype"),
+}
+
+
+def check_param_values(values: dict) -> None:
+  """Raises FormatError if a param in `PARAM_VALUE_RULES` has a value of the
+  wrong type. Run once per param set, whatever the primitive."""
+  for key, (ok, expected) in PARAM_VALUE_RULES.items():
+    if key in values and not ok(values[key]):
+      raise FormatError(f"param {key!r} must be {expected}, got "
+                        f"{values[key]!r:.80}")
 
 
 def check_equation(name: str, primitive: Any, n_in: int, n_out: int,

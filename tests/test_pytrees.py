@@ -376,7 +376,9 @@ _FRESH_PROCESS = textwrap.dedent("""
       x = np.asarray(x)
       return str(x.dtype), x.shape, x.tobytes()
 
-    jaxpr_io.loads(open(sys.argv[2], "rb").read())  # warm-up: a plain file
+    # Warm-up with a plain file: JAX imports its lowering modules on first
+    # use, which check=True makes.
+    jaxpr_io.loads(open(sys.argv[2], "rb").read(), check=True)
     for name in sys.argv[3:]:
       base = sys.argv[1] + "/" + name
       data = open(base + ".jaxpr", "rb").read()

@@ -1,0 +1,309 @@
+"""What a file may ask of the loading process: the trust policy of `load`.
+
+A file is untrusted data. Most of what it holds only describes a
+computation, and the reader validates it structurally (jaxpr_io/reader.py).
+A few params, though, reach past the computation, into native code, the
+filesystem, the caller's buffers or Python's formatting machinery. For each
+such (primitive, param) this module decides what an untrusted file gets:
+
+* **dropped**: the param is reset to the value that asks for nothing, and a
+  `DroppedParamWarning` names it (once per load, with the equation count);
+* **allowlisted**: the value must be one the loading process registered
+  (`register_ffi_target`); anything else is a `FormatError`;
+* **validated**: the value must match a grammar (format strings: fields are
+  names or positions only, widths and precisions are bounded); anything else
+  is a `FormatError`.
+
+`load(..., trusted=True)` (and `loads`) restores what the file says for the
+dropped, allowlisted and validated params, and lifts the resource limits of
+the reader; use it only for files you wrote. What protects the process from
+aborting (enum values, mesh shapes, device ids, dimension expressions,
+nesting depth) is validated whatever `trusted` says.
+
+`POLICIES` is the table the README's trust-model section lists; a test keeps
+the two in step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import string
+import warnings
+from typing import Any, Callable
+
+from jaxpr_io import registry
+from jaxpr_io.errors import FormatError
+
+
+class DroppedParamWarning(UserWarning):
+  """An untrusted file asked for something `load` does not grant it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+  """One row of the trust-model table (README, "Trust model of `load`")."""
+  what: str            # the primitive and param, or the record or value
+  action: str          # "dropped", "allowlisted" or "validated"
+  handling: str        # what happens to it
+  trusted: str         # what trusted=True changes
+
+
+# ------------------------------------------------------------ FFI targets
+# Native targets a file may call: name -> attribute validator (or None).
+FFI_TARGETS: registry.Registry[str] = registry.Registry("FFI target")
+
+# JAX's own host-callback targets take the address or index of a Python
+# object in the process that traced the program as an attribute: from a file
+# they are a pointer into nowhere. They are refused even for trusted files.
+_PROCESS_BOUND_TARGETS = re.compile(r"xla_(ffi_)?python_.*callback.*")
+
+
+def register_ffi_target(name: str, *,
+                        validate_attributes: Callable[[dict], None]
+                        | None = None) -> None:
+  """Lets untrusted files call the FFI target `name` with `jax.ffi.ffi_call`.
+
+  Register only targets that are safe to call with any operands and
+  attributes a file may choose, or pass `validate_attributes(attributes)`,
+  which raises (any exception) to refuse a file's attributes; it gets the
+  attributes as a dict. A name registered twice is a ValueError naming the
+  earlier registration.
+  """
+  if validate_attributes is not None and not callable(validate_attributes):
+    raise TypeError("validate_attributes must be callable or None")
+  FFI_TARGETS.add(name, name, validate_attributes)
+
+
+# ------------------------------------------------------------ screens
+class Screen:
+  """The policy applied to one load: refuses, or drops and counts."""
+
+  def __init__(self, trusted: bool):
+    self.trusted = trusted
+    self.dropped: dict[tuple[str, str], int] = {}
+
+  def drop(self, primitive: str, param: str) -> None:
+    key = (primitive, param)
+    self.dropped[key] = self.dropped.get(key, 0) + 1
+
+  def warn(self, source: str, stacklevel: int) -> None:
+    """One warning per dropped (primitive, param), after the load;
+    `stacklevel` as for `warnings.warn`, from the caller of this method."""
+    for (primitive, param), count in sorted(self.dropped.items()):
+      warnings.warn(DroppedParamWarning(
+          f"{source}: ignored {param!r} of {count} {primitive!r} "
+          f"equation(s): {_DROPPED_WHY[param]} An untrusted file may not "
+          f"ask for it; load the file with trusted=True if you wrote it."),
+          stacklevel=stacklevel + 1)
+
+
+_DROPPED_WHY = {
+    "donated_invars": "it donates (deletes) the caller's input buffers.",
+    "compiler_options_kvs": "it sets XLA compiler options, which can write "
+                            "files (xla_dump_to) or change numerics.",
+}
+
+
+def _screen_jit(name: str, params: dict, screen: Screen) -> dict:
+  if screen.trusted:
+    return params
+  donated = params.get("donated_invars")
+  if type(donated) is tuple and any(donated):
+    params["donated_invars"] = (False,) * len(donated)
+    screen.drop(name, "donated_invars")
+  if params.get("compiler_options_kvs"):
+    params["compiler_options_kvs"] = ()
+    screen.drop(name, "compiler_options_kvs")
+  return params
+
+
+def _screen_ffi_call(name: str, params: dict, screen: Screen) -> dict:
+  del name
+  target = params.get("target_name")
+  if type(target) is not str:
+    raise FormatError(f"ffi_call's target_name is not a string: {target!r}")
+  if _PROCESS_BOUND_TARGETS.fullmatch(target):
+    raise FormatError(
+        f"ffi_call target {target!r} is one of JAX's host-callback targets, "
+        "whose attributes point into the process that traced the program; "
+        "store the callback with jaxpr_io.register_callback instead")
+  if screen.trusted:
+    return params
+  if target not in FFI_TARGETS.by_name:
+    raise FormatError(
+        f"ffi_call target {target!r} is not allowed: a file may only call "
+        "native targets the loading process allows. Call "
+        f"jaxpr_io.register_ffi_target({target!r}) before loading if it is "
+        "safe with any operands and attributes, or load with trusted=True "
+        "if you wrote the file")
+  validate = FFI_TARGETS.by_name[target]
+  if validate is not None:
+    attributes = params.get("attributes", ())
+    try:
+      validate(dict(attributes))
+    except Exception as e:  # pylint: disable=broad-except
+      # The validator is the loading process's own code; whatever it raises
+      # is a refusal of the file's attributes.
+      raise FormatError(f"ffi_call target {target!r} refuses the file's "
+                        f"attributes: {type(e).__name__}: {e}") from None
+  return params
+
+
+# --------------------------------------------------- debug format strings
+MAX_FORMAT_WIDTH = 256
+MAX_FORMAT_PRECISION = 64
+_FIELD_NAME = re.compile(r"|\d{1,4}|[A-Za-z_][A-Za-z0-9_]{0,99}")
+# Python's format-spec mini-language, without nested fields:
+# [[fill]align][sign][z][#][0][width][grouping][.precision][type].
+_FORMAT_SPEC = re.compile(
+    r"(?:[^{}]?[<>=^])?[-+ ]?z?#?0?(?P<width>\d+)?[,_]?"
+    r"(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?")
+
+
+def check_format_string(fmt: str) -> None:
+  """Raises FormatError unless every field of `fmt` is a name or position
+  with at most a plain format spec of bounded width and precision: no
+  attribute access, indexing or nested fields, which would let a file walk
+  the objects of the loading process or ask for gigabytes of padding."""
+  try:
+    fields = list(string.Formatter().parse(fmt))
+  except ValueError as e:
+    raise FormatError(f"format string {fmt[:60]!r} does not parse: {e}") \
+        from None
+  for _, field, spec, conversion in fields:
+    if field is None:
+      continue
+    if not _FIELD_NAME.fullmatch(field):
+      raise FormatError(
+          f"format field {{{field[:40]}}} is not a plain name or position "
+          "(attribute access and indexing are refused in untrusted files)")
+    if conversion not in (None, "r", "s", "a"):
+      raise FormatError(f"format field {{{field}}} has conversion "
+                        f"!{conversion}")
+    match = _FORMAT_SPEC.fullmatch(spec or "")
+    if (match is None
+        or int(match["width"] or 0) > MAX_FORMAT_WIDTH
+        or int(match["precision"] or 0) > MAX_FORMAT_PRECISION):
+      raise FormatError(
+          f"format field {{{field}}} has format spec {spec[:40]!r}, which is "
+          f"not a plain spec with width <= {MAX_FORMAT_WIDTH} and precision "
+          f"<= {MAX_FORMAT_PRECISION}")
+
+
+# numpy print options a file may set, with the values allowed.
+_PRINT_OPTIONS: dict[str, Callable[[Any], bool]] = {
+    "edgeitems": lambda v: type(v) is int and 0 <= v <= 1000,
+    "threshold": lambda v: type(v) is int and 0 <= v,
+    "floatmode": lambda v: v in ("fixed", "unique", "maxprec",
+                                 "maxprec_equal"),
+    "precision": lambda v: v is None or (type(v) is int and
+                                         0 <= v <= MAX_FORMAT_PRECISION),
+    "suppress": lambda v: type(v) is bool,
+    "linewidth": lambda v: type(v) is int and 1 <= v <= 10_000,
+    "nanstr": lambda v: type(v) is str and len(v) <= 64,
+    "infstr": lambda v: type(v) is str and len(v) <= 64,
+    "sign": lambda v: v in ("-", "+", " "),
+    "formatter": lambda v: v is None,
+    "legacy": lambda v: v is False or v in ("1.13", "1.21", "1.25", "2.1",
+                                            "2.2"),
+    "override_repr": lambda v: v is None,
+}
+
+
+def _screen_debug_print(name: str, params: dict, screen: Screen) -> dict:
+  del name
+  if screen.trusted:
+    return params
+  fmt = params.get("fmt")
+  if type(fmt) is not str:
+    raise FormatError(f"debug_print's fmt is not a string: {fmt!r}")
+  check_format_string(fmt)
+  options = params.get("np_printoptions", ())
+  if type(options) is not tuple:
+    raise FormatError("debug_print's np_printoptions is not a tuple")
+  for item in options:
+    if not (type(item) is tuple and len(item) == 2
+            and item[0] in _PRINT_OPTIONS and _PRINT_OPTIONS[item[0]](item[1])):
+      raise FormatError(f"debug_print's np_printoptions entry {item!r} is "
+                        "not an allowed numpy print option and value")
+  return params
+
+
+SCREENS: dict[str, Callable[[str, dict, Screen], dict]] = {
+    "jit": _screen_jit,
+    "pjit": _screen_jit,
+    "ffi_call": _screen_ffi_call,
+    "debug_print": _screen_debug_print,
+}
+
+POLICIES: tuple[Policy, ...] = (
+    Policy("`jit` `donated_invars`", "dropped",
+           "reset to no donation: a file cannot delete the caller's arrays",
+           "kept"),
+    Policy("`jit` `compiler_options_kvs`", "dropped",
+           "reset to none: a file cannot set XLA options such as "
+           "`xla_dump_to`", "kept"),
+    Policy("`ffi_call` `target_name`", "allowlisted",
+           "must be registered with `jaxpr_io.register_ffi_target`; JAX's "
+           "host-callback targets (`xla_ffi_python_*callback*`) are refused",
+           "any target except JAX's host-callback targets"),
+    Policy("`ffi_call` `attributes`", "allowlisted",
+           "passed to the registered target's `validate_attributes`",
+           "not validated"),
+    Policy("`pure_callback`, `io_callback`, `debug_callback` `callback`",
+           "allowlisted",
+           "resolved by name among the functions the loading process "
+           "registered with `jaxpr_io.register_callback`", "the same"),
+    Policy("`debug_print` `fmt`", "validated",
+           "fields are names or positions only (no attribute access or "
+           "indexing), width <= {max_width}, precision <= {max_precision}, "
+           "no nested fields", "not validated"),
+    Policy("`debug_print` `np_printoptions`", "validated",
+           "known numpy print options with bounded values only",
+           "not validated"),
+    Policy("meshes, `NamedSharding`, `PartitionSpec`, devices", "validated",
+           "axis sizes >= 1 matching the device ids, distinct names and "
+           "ids, specs naming mesh axes at most once; devices re-bound to "
+           "the loading process's own", "the same"),
+    Policy("enum params (`Precision`, `GatherScatterMode`, ...)",
+           "validated", "members of the registered enum types, by name; "
+           "`precision` and `preferred_element_type` must have their types",
+           "the same"),
+    Policy("symbolic dimensions and constraints", "validated",
+           "the grammar of jaxpr_io/dim_grammar.py (integers <= 2**62, "
+           "exponents <= {max_exponent}, {max_parens} levels of parentheses, "
+           "{max_dim_length} characters); constant sizes 0 to 2**62",
+           "the same"),
+    Policy("nesting", "validated",
+           "sub-jaxprs at most {jaxpr_depth} deep, param values "
+           "{value_depth}, pytrees {tree_depth}",
+           "the same"),
+    Policy("memory", "validated",
+           "the objects a load builds are charged before they are built: at "
+           "most {memory_factor}x the file's size + {fixed_mib} MiB",
+           "no limit"),
+    Policy("constant data", "validated",
+           "CRC-32 checked before first use, printing, `dumps` or `save`",
+           "the same"),
+)
+
+
+def policy_table() -> str:
+  """The README's trust-model table, from `POLICIES` and the limits the
+  modules that enforce them define."""
+  # Imported here: those modules import this one.
+  from jaxpr_io import dim_grammar, params, pytrees, reader, writer  # pylint: disable=import-outside-toplevel
+  limits = dict(
+      max_exponent=dim_grammar.MAX_EXPONENT,
+      max_parens=dim_grammar.MAX_NESTING,
+      max_dim_length=dim_grammar.MAX_LENGTH,
+      jaxpr_depth=writer.MAX_JAXPR_DEPTH, value_depth=params.MAX_VALUE_DEPTH,
+      tree_depth=pytrees.MAX_DEPTH, memory_factor=reader.MEMORY_FACTOR,
+      fixed_mib=reader.FIXED_OVERHEAD >> 20, max_width=MAX_FORMAT_WIDTH,
+      max_precision=MAX_FORMAT_PRECISION)
+  rows = ["| what the file holds | action | untrusted (default) | "
+          "`trusted=True` |", "| --- | --- | --- | --- |"]
+  rows += [f"| {p.what} | {p.action} | {p.handling.format(**limits)} | "
+           f"{p.trusted} |" for p in POLICIES]
+  return "\n".join(rows) + "\n"
