@@ -66,8 +66,9 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
   def restore(self, directory: epath.Path,
               args: Optional["ProgramRestore"] = None
               ) -> program_lib.Program:
-    check = args.check if args is not None else False
-    return program_lib.load(directory / self._filename, check=check)
+    args = args if args is not None else ProgramRestore()
+    return program_lib.load(directory / self._filename, check=args.check,
+                            trusted=args.trusted)
 
   def metadata(self, directory: epath.Path) -> Optional[Any]:
     return None
@@ -83,5 +84,8 @@ class ProgramSave(ocp.args.CheckpointArgs):
 @ocp.args.register_with_handler(ProgramCheckpointHandler, for_restore=True)
 @dataclasses.dataclass
 class ProgramRestore(ocp.args.CheckpointArgs):
-  """Restore the saved program; `check=True` also runs JAX's type checker."""
+  """Restore the saved program. `check=True` also proves it runs (see
+  `jaxpr_io.load`); `trusted=True` grants what the file asks for beyond the
+  computation (donation, compiler options, ...; README "Trust model")."""
   check: bool = False
+  trusted: bool = False

@@ -18,7 +18,7 @@ PROG = "jaxpr-load"
 EPILOG = """\
 examples:
   jaxpr-load model.jaxpr                      # summary
-  jaxpr-load model.jaxpr --check              # checksums + type check, exit 0/1
+  jaxpr-load model.jaxpr --check              # proves it runs, exit 0/1
   jaxpr-load model.jaxpr --text               # the program as JAX prints it
   jaxpr-load model.jaxpr --run in.npz --out out.npz
   jaxpr-load model.jaxpr --to-exported model.exported --platforms cpu,cuda
@@ -135,7 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("file", metavar="FILE")
   parser.add_argument("--check", action="store_true",
-                      help="verify checksums and type-check; exit 0 or 1")
+                      help="verify checksums, type-check, lower and compile; "
+                      "exit 0 or 1")
+  parser.add_argument("--trusted", action="store_true",
+                      help="grant what the file asks for beyond the "
+                      "computation (donation, compiler options, any FFI "
+                      "target, any format string): only for files you wrote")
   parser.add_argument("--text", action="store_true",
                       help="print the program as JAX prints it")
   parser.add_argument("--run", metavar="IN.npz",
@@ -160,10 +165,11 @@ def _main(argv: Sequence[str]) -> int:
     raise CliError("--out needs --run")
   platforms = tuple(args.platforms.split(",")) if args.platforms else None
   with stage(PROG, f"loading {args.file}"):
-    prog = jaxpr_io.load(args.file, check=args.check)
+    prog = jaxpr_io.load(args.file, check=args.check, trusted=args.trusted)
   acted = False
   if args.check:
-    print(f"{args.file}: OK (checksums and JAX type check passed)")
+    print(f"{args.file}: OK (checksums, type check, lowering and "
+          "compilation passed)")
     acted = True
   if args.text:
     print(prog.closed_jaxpr)
