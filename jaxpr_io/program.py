@@ -105,7 +105,7 @@ class Program:
       # eval_jaxpr trusts its arguments: a wrong shape would run the
       # program's equations on operands they were not built for.
       for i, (shape, aval) in enumerate(zip(shapes, closed.in_avals)):
-        if tuple(shape) != aval.shape:
+        if tuple(shape) != getattr(aval, "shape", ()):  # tokens: ()
           path = pytrees.display_path(pytrees.leaf_paths(self.in_tree)[i])
           raise TypeError(f"input {path} has shape {tuple(shape)}, but the "
                           f"program takes {aval.str_short()}")
@@ -217,6 +217,8 @@ def _abstract_arg(aval):
   """A `ShapeDtypeStruct` for lowering with `aval`: with its sharding when
   the program uses explicit sharding, so that lowering sees what a call
   would pass."""
+  if aval is compat.abstract_token:
+    return jax.lax.create_token()
   sharding = getattr(aval, "sharding", None)
   if sharding is not None and getattr(sharding.mesh, "axis_names", ()):
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,

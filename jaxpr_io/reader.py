@@ -217,6 +217,14 @@ class Reader:
         raise FormatError(f"aval dimension {value} is not a valid size "
                           f"(0 to 2**62)")
     dtype = dtypes.decode_dtype(sa.dtype, self.string)
+    # XLA computes byte sizes in int64 and aborts on overflow.
+    size = max(dtype.itemsize, 1)
+    for d in shape:
+      if type(d) is int:
+        size *= d
+    if size > _MAX_DIM:
+      raise FormatError(f"aval of shape {tuple(shape)} and dtype {dtype} "
+                        "has over 2**62 bytes")
     memory_space = _MEMORY_SPACES.get(sa.memory_space)
     if memory_space is None:
       raise FormatError(f"unknown memory space {sa.memory_space}")
@@ -673,6 +681,20 @@ def _describe_error(e: BaseException) -> str:
   return f"invalid program ({type(e).__name__}: {e})"
 
 
+def _is_call_signature(in_tree) -> bool:
+  """Whether `in_tree` is the structure of some `(args, kwargs)`."""
+  def node_type(tree):
+    data = tree.node_data()
+    return None if data is None else data[0]
+  if node_type(in_tree) is not tuple or len(in_tree.children()) != 2:
+    return False
+  args, kwargs = in_tree.children()
+  kw_data = kwargs.node_data()
+  return (node_type(args) is tuple and kw_data is not None
+          and kw_data[0] is dict
+          and all(type(k) is str for k in kw_data[1]))
+
+
 def read(data_container: container.Container, *, verify_blobs: bool,
          trusted: bool = False):
   """(closed jaxpr, in_tree, out_tree, message, reader) of a container."""
@@ -711,6 +733,10 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
     raise FormatError(f"{source}: the program nests too deeply") from None
   except _DECODE_ERRORS as e:
     raise FormatError(f"{source}: {_describe_error(e)}") from None
+  if not _is_call_signature(in_tree):
+    raise FormatError(f"{source}: the input signature {in_tree} is not the "
+                      "structure of (args tuple, kwargs dict with string "
+                      "keys); the program could not be called")
   if in_tree.num_leaves != len(closed.jaxpr.invars):
     raise FormatError(
         f"{source}: the input signature has {in_tree.num_leaves} leaves but "

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io.compat import callbacks as compat_callbacks
 from jaxpr_io.errors import FormatError
 
 
@@ -72,7 +73,45 @@ def _while(n_in, n_out, params):
   return None
 
 
+def _flat_callback(n_in, n_out, params):
+  """pure_callback / io_callback: the function unflattens its operands with
+  its stored in_tree, and returns one value per result aval."""
+  in_tree = getattr(params.get("callback"), "in_tree", None)
+  results = params.get("result_avals")
+  if in_tree is None or type(results) is not tuple:
+    return "params callback/result_avals are wrong"
+  if in_tree.num_leaves != n_in or len(results) != n_out:
+    return (f"has {n_in} inputs and {n_out} outputs but its callback takes "
+            f"{in_tree.num_leaves} and returns {len(results)}")
+  return None
+
+
+def _debug_callback(n_in, n_out, params):
+  parts = compat_callbacks.debug_callback_parts(params.get("callback"))
+  if parts is None:
+    return "param 'callback' is not a debug callback"
+  _, in_tree, static_args = parts
+  if in_tree.num_leaves - len(static_args) != n_in or n_out:
+    return (f"has {n_in} inputs and {n_out} outputs but its callback takes "
+            f"{in_tree.num_leaves - len(static_args)} and returns none")
+  return None
+
+
+def _debug_print(n_in, n_out, params):
+  in_tree, static_args = params.get("in_tree"), params.get("static_args")
+  if not hasattr(in_tree, "num_leaves") or type(static_args) is not tuple:
+    return "params in_tree/static_args are wrong"
+  if in_tree.num_leaves - len(static_args) != n_in or n_out:
+    return (f"has {n_in} inputs and {n_out} outputs but its format takes "
+            f"{in_tree.num_leaves - len(static_args)} and returns none")
+  return None
+
+
 ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
+    "pure_callback": _flat_callback,
+    "io_callback": _flat_callback,
+    "debug_callback": _debug_callback,
+    "debug_print": _debug_print,
     "jit": _call("jaxpr"),
     "pjit": _call("jaxpr"),
     "closed_call": _call("call_jaxpr"),
