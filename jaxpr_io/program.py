@@ -266,10 +266,21 @@ def loads(data: bytes, *, check: bool = False,
 
   Trust model: `data` is untrusted. Loading never unpickles, evaluates or
   imports anything named in it; everything it names is looked up in this
-  process's registries, and every reference is validated (see
-  jaxpr_io/reader.py). Corrupt or unknown input raises `FormatError`.
-  Constants are views of `data`, not copies. With `check=True`, JAX's type
-  checker also runs over the program.
+  process's registries, every reference and value is validated before it
+  reaches JAX (see jaxpr_io/reader.py), and the building of the program is
+  bounded in memory (16x the data's size plus 128 MiB). What the data asks
+  for beyond describing a computation (buffer donation, compiler options,
+  native FFI targets, format strings) is dropped with a
+  `DroppedParamWarning`, refused unless the process allowed it, or
+  validated: jaxpr_io/trust.py. Corrupt or unknown input raises
+  `FormatError`.
+
+  `trusted=True` restores what the data says for those params and lifts the
+  memory bound: only for data you wrote. `check=True` also proves the
+  program runs here: it type-checks every equation, prints, serializes
+  again, lowers and compiles it, and raises `FormatError` if any step fails.
+  Constants are views of `data`, not copies; their checksums are verified
+  before first use.
   """
   if not isinstance(data, (bytes, bytearray, memoryview)):
     raise TypeError(f"loads expects bytes, got {type(data).__name__}")
