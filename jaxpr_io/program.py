@@ -268,7 +268,7 @@ def loads(data: bytes, *, check: bool = False,
   imports anything named in it; everything it names is looked up in this
   process's registries, every reference and value is validated before it
   reaches JAX (see jaxpr_io/reader.py), and the building of the program is
-  bounded in memory (16x the data's size plus 128 MiB). What the data asks
+  bounded in memory (16x the data's size plus 64 MiB). What the data asks
   for beyond describing a computation (buffer donation, compiler options,
   native FFI targets, format strings) is dropped with a
   `DroppedParamWarning`, refused unless the process allowed it, or

@@ -7,9 +7,13 @@ the loading process. Every table reference is range-checked, every variable
 reference must name a variable bound earlier in the same jaxpr, sub-jaxprs
 may only refer to sub-jaxprs before them (so there are no cycles and nesting
 is bounded), and array data must have exactly the bytes its type declares.
-Any violation raises `FormatError` naming the place. Building the program
-does not call JAX's abstract evaluation; `check=True` additionally runs JAX's
-type checker over the result.
+Values are validated before they reach a JAX constructor (dimension
+expressions by jaxpr_io/dim_grammar.py, param types by jaxpr_io/validate.py,
+records by their codecs), the objects a load builds are charged against a
+memory budget before they are built, and params that reach past the
+computation pass jaxpr_io/trust.py. Any violation raises `FormatError`
+naming the place. Building the program does not call JAX's abstract
+evaluation; `check=True` (jaxpr_io/program.py) does, and more.
 """
 
 from __future__ import annotations
@@ -56,8 +60,8 @@ _SIZE_CAP = 1 << 62
 # cost in Python (measured on jax 0.10 and 0.12, CPython 3.11-3.12; a real
 # program costs about 16x its file size, a file of tiny equations 60x).
 MEMORY_FACTOR = 16
-FIXED_OVERHEAD = 128 << 20
-_EQN_COST = 350       # JaxprEqn, its in/out lists, its params dict
+FIXED_OVERHEAD = 64 << 20
+_EQN_COST = 520       # JaxprEqn, its in/out lists, its params dict
 _VAR_COST = 100       # Var (or Literal) and its list slot
 _AVAL_COST = 300      # ShapedArray with its shape tuple
 _TABLE_ENTRY_COST = 100   # a string, param set, name stack, context
@@ -223,8 +227,8 @@ class Reader:
       if type(d) is int:
         size *= d
     if size > _MAX_DIM:
-      raise FormatError(f"aval of shape {tuple(shape)} and dtype {dtype} "
-                        "has over 2**62 bytes")
+      raise FormatError(f"aval of shape {str(tuple(shape))[:80]} and dtype "
+                        f"{dtype} has over 2**62 bytes")
     memory_space = _MEMORY_SPACES.get(sa.memory_space)
     if memory_space is None:
       raise FormatError(f"unknown memory space {sa.memory_space}")
@@ -570,6 +574,7 @@ class _JaxprDecoder:
     self.env: list[Any] = []
     self.refs: list[int] = []   # sub-jaxprs referenced by the equations
     self.size = 0               # equations, sub-jaxprs inlined
+    self.n_dropped = 0          # DropVars in `env`
 
   def bind(self, aval_index: int, cls=compat.Var):
     var = cls(self.r.aval(aval_index))
@@ -600,9 +605,10 @@ class _JaxprDecoder:
     constvars = [self.bind(a) for a in m.constvars]
     invars = [self.bind(a) for a in m.invars]
     eqns = []
+    append, equation = eqns.append, self.equation
     for i, eqn_msg in enumerate(m.eqns):
       try:
-        eqns.append(self.equation(eqn_msg))
+        append(equation(eqn_msg))
       except _DECODE_ERRORS as e:
         name = (r.strings[eqn_msg.primitive]
                 if eqn_msg.primitive < len(r.strings) else "?")
@@ -624,17 +630,30 @@ class _JaxprDecoder:
       raise FormatError(f"outputs: {_describe_error(e)}") from None
 
   def equation(self, e):
+    # The hot loop of a load: each protobuf field is read once, and the
+    # reader's caches are read inline (their methods fill them).
     r, env = self.r, self.env
-    name = r.string(e.primitive)
-    n_env = len(env)
-    invars = []
-    for ref in e.invars:
-      if 0 <= ref < n_env and type(env[ref]) is compat.Var:
-        invars.append(env[ref])
+    try:
+      name = r.strings[e.primitive]  # indices are uint32: never negative
+    except IndexError:
+      name = r.string(e.primitive)  # raises the error
+    # Variables bound earlier (0 <= ref < len(env)) are taken in one go;
+    # literals (negative refs), dropped outputs and bad references go
+    # through `atom`, which builds or refuses them.
+    in_refs = e.invars[:]
+    invars = None
+    if in_refs and min(in_refs) >= 0:
+      try:
+        invars = [env[ref] for ref in in_refs]
+      except IndexError:
+        pass
       else:
-        invars.append(self.atom(ref))
-    avals = r.avals
-    n_out = len(e.outvars)
+        if self.n_dropped and any(type(v) is compat.DropVar for v in invars):
+          invars = None
+    if invars is None:
+      invars = [self.atom(ref) for ref in in_refs]
+    outs = e.outvars
+    n_out = len(outs)
     if e.dropped:
       dropped = set(e.dropped)
       if len(dropped) != len(e.dropped) or any(
@@ -642,29 +661,52 @@ class _JaxprDecoder:
         raise FormatError("the dropped-output positions are out of range or "
                           "repeat")
       outvars = [(compat.DropVar if p in dropped else compat.Var)(r.aval(a))
-                 for p, a in enumerate(e.outvars)]
+                 for p, a in enumerate(outs)]
+      self.n_dropped += len(dropped)
     else:
+      avals, var = r.avals, compat.Var
       try:
-        outvars = [compat.Var(avals[a]) for a in e.outvars]
+        outvars = [var(avals[a]) for a in outs]
       except IndexError:
         raise FormatError("an output's aval index is out of range") from None
     env.extend(outvars)
-    values, refs = r.param_set(e.param_set, name)
+    i = e.param_set
+    try:
+      entry = r._param_sets[i]  # pylint: disable=protected-access
+    except IndexError:
+      entry = None
+    if entry is not None and entry[0] == name:  # decoded for this primitive
+      values, refs = dict(entry[1]), entry[2]  # as `param_set` returns them
+    else:
+      values, refs = r.param_set(i, name)
     if refs:
       self.refs.extend(refs)
       self.size += sum(r._sizes[j] for j in refs)  # pylint: disable=protected-access
     self.size += 1
     # From the format's vocabulary to this release's primitive and params.
     release_name, values = compat.ADAPTER.from_format(name, values, r.where)
-    prim = r.primitive(release_name)
+    prim = r._primitives.get(release_name)  # pylint: disable=protected-access
+    if prim is None:
+      prim = r.primitive(release_name)
     screen = trust.SCREENS.get(release_name)
     if screen is not None:
       values = screen(release_name, values, r.screen)
     validate.check_equation(name, prim, len(invars), n_out, values)
-    return compat.new_eqn(invars, outvars, prim, values,
-                          self.effects(e.effects) if e.effects
-                          else compat.no_effects,
-                          r.source_info(e.name_stack), r.eqn_context(e.ctx))
+    effects = e.effects
+    effects = self.effects(effects) if effects else compat.no_effects
+    i = e.name_stack
+    source_info = r._source_infos.get(i)  # pylint: disable=protected-access
+    if source_info is None:
+      source_info = r.source_info(i)
+    i = e.ctx
+    try:
+      ctx = r._contexts[i]  # pylint: disable=protected-access
+    except IndexError:
+      ctx = None
+    if ctx is None:
+      ctx = r.eqn_context(i)
+    return compat.new_eqn(invars, outvars, prim, values, effects,
+                          source_info, ctx)
 
 
 # Exceptions that malformed input can provoke inside JAX's constructors or

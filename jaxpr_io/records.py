@@ -9,6 +9,12 @@ and device id, and re-bound on load to the devices of the loading process:
 the device with the same platform and id if it exists, else the process's
 devices in order. A program that needs more devices than the loading process
 has fails with a FormatError.
+
+Decoders validate every field before it reaches a JAX or XLA constructor:
+some of these (device lists, partition canonicalization) are C++ that aborts
+the process on input JAX's own tracing never produces (a mesh without
+devices, a partition that is not a string). A bad field is a FormatError
+naming the record type and the field.
 """
 
 from __future__ import annotations
@@ -19,6 +25,82 @@ import numpy as np
 from jaxpr_io import compat
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.registry import register_param_codec
+
+# Bounds on what a file may ask for. A concrete mesh needs that many devices
+# in the loading process; an abstract mesh's size must fit XLA's int32
+# device counts.
+MAX_MESH_DEVICES = 1 << 20
+MAX_ABSTRACT_MESH_SIZE = (1 << 31) - 1
+
+_MESH = "jax.sharding.Mesh"
+_ABSTRACT_MESH = "jax.sharding.AbstractMesh"
+_PARTITION_SPEC = "jax.sharding.PartitionSpec"
+_NAMED_SHARDING = "jax.sharding.NamedSharding"
+
+
+def _fields(record: str, fields, names: tuple[str, ...]) -> tuple:
+  """`fields`, which must be a tuple of len(names) values."""
+  if type(fields) is not tuple or len(fields) != len(names):
+    raise FormatError(f"{record}: expected the fields ({', '.join(names)}), "
+                      f"got {fields!r}"[:500])
+  return fields
+
+
+def _is_int(v) -> bool:
+  return type(v) is int   # never a bool
+
+
+def _check_axes(record: str, axis_sizes, axis_names, axis_types,
+                max_size: int) -> int:
+  """Validates a mesh's axes; returns the mesh's size (the product)."""
+  if type(axis_sizes) is not tuple or not all(
+      _is_int(s) and s >= 1 for s in axis_sizes):
+    raise FormatError(f"{record}: axis_sizes {axis_sizes!r} is not a tuple "
+                      "of ints >= 1"[:500])
+  size = 1
+  for s in axis_sizes:
+    size *= s
+    if size > max_size:
+      raise FormatError(f"{record}: axis_sizes {axis_sizes!r} make a mesh of "
+                        f"over {max_size:,} devices")
+  if (type(axis_names) is not tuple
+      or not all(type(n) is str for n in axis_names)):
+    raise FormatError(f"{record}: axis_names {axis_names!r} is not a tuple "
+                      "of strings"[:500])
+  if len(set(axis_names)) != len(axis_names):
+    raise FormatError(f"{record}: axis_names {axis_names!r} repeat a name")
+  if len(axis_names) != len(axis_sizes):
+    raise FormatError(f"{record}: {len(axis_sizes)} axis_sizes for "
+                      f"{len(axis_names)} axis_names")
+  if (type(axis_types) is not tuple
+      or not all(type(t) is compat.AxisType for t in axis_types)):
+    raise FormatError(f"{record}: axis_types {axis_types!r} is not a tuple "
+                      "of jax.sharding.AxisType members"[:500])
+  if len(axis_types) != len(axis_names):
+    raise FormatError(f"{record}: {len(axis_types)} axis_types for "
+                      f"{len(axis_names)} axis_names")
+  return size
+
+
+def _check_device_ids(record: str, platform, ids) -> None:
+  if platform is not None and type(platform) is not str:
+    raise FormatError(f"{record}: platform {platform!r} is not a string")
+  if type(ids) is not tuple or not all(_is_int(i) and i >= 0 for i in ids):
+    raise FormatError(f"{record}: device ids {ids!r} are not a tuple of "
+                      "non-negative ints"[:500])
+  if len(set(ids)) != len(ids):
+    raise FormatError(f"{record}: device ids {ids!r} repeat"[:500])
+
+
+def _spec_axes(partitions) -> list:
+  """The axis names a PartitionSpec's partitions use, in order."""
+  axes = []
+  for p in partitions:
+    if type(p) is tuple:
+      axes.extend(p)
+    elif type(p) is str:
+      axes.append(p)
+  return axes
 
 
 def encode_prng_impl(impl) -> tuple:
@@ -31,7 +113,9 @@ def encode_prng_impl(impl) -> tuple:
 
 
 def decode_prng_impl(fields):
-  (name,) = fields
+  (name,) = _fields("jax.random.PRNGImpl", fields, ("name",))
+  if type(name) is not str:
+    raise FormatError(f"jax.random.PRNGImpl: name {name!r} is not a string")
   impl = compat.prng_impls.get(name)
   if impl is None:
     raise FormatError(f"PRNG implementation {name!r} is not registered in "
@@ -67,7 +151,37 @@ def encode_partition_spec(spec) -> tuple:
 
 
 def decode_partition_spec(fields):
-  partitions, unreduced, reduced = fields
+  partitions, unreduced, reduced = _fields(
+      _PARTITION_SPEC, fields, ("partitions", "unreduced", "reduced"))
+  if type(partitions) is not tuple or not all(
+      p is None or type(p) is str or p is compat.PartitionSpec.UNCONSTRAINED
+      or (type(p) is tuple and all(type(a) is str for a in p))
+      for p in partitions):
+    raise FormatError(
+        f"{_PARTITION_SPEC}: partitions {partitions!r} is not a tuple whose "
+        "entries are None, UNCONSTRAINED, an axis name or a tuple of axis "
+        "names"[:500])
+  axes = _spec_axes(partitions)
+  seen: set[str] = set()
+  repeated = sorted({a for a in axes if a in seen or seen.add(a)})
+  if repeated:
+    # JAX raises its DuplicateSpecError for this only when a NamedSharding is
+    # built from the spec, and shard_map's specs are never one.
+    raise FormatError(
+        f"{_PARTITION_SPEC}: partitions {partitions!r} use mesh axis "
+        f"{', '.join(map(repr, repeated))} more than once (JAX's "
+        "DuplicateSpecError)"[:500])
+  for name, value in (("unreduced", unreduced), ("reduced", reduced)):
+    if type(value) is not frozenset or not all(type(a) is str
+                                               for a in value):
+      raise FormatError(f"{_PARTITION_SPEC}: {name} {value!r} is not a "
+                        "frozenset of axis names"[:500])
+    if value & seen:
+      raise FormatError(f"{_PARTITION_SPEC}: {name} axes {sorted(value)!r} "
+                        f"overlap the partitions {partitions!r}"[:500])
+  if unreduced & reduced:
+    raise FormatError(f"{_PARTITION_SPEC}: unreduced and reduced axes "
+                      f"overlap: {sorted(unreduced & reduced)!r}")
   return compat.PartitionSpec(*partitions, unreduced=unreduced,
                               reduced=reduced)
 
@@ -78,7 +192,15 @@ def encode_abstract_device(device) -> tuple:
 
 
 def decode_abstract_device(fields):
-  device_kind, num_cores, platform = fields
+  record = "jax.sharding.AbstractDevice"
+  device_kind, num_cores, platform = _fields(
+      record, fields, ("device_kind", "num_cores", "platform"))
+  if type(device_kind) is not str or type(platform) is not str:
+    raise FormatError(f"{record}: device_kind {device_kind!r} or platform "
+                      f"{platform!r} is not a string"[:500])
+  if num_cores is not None and not (_is_int(num_cores) and num_cores >= 0):
+    raise FormatError(f"{record}: num_cores {num_cores!r} is not None or an "
+                      "int >= 0")
   return compat.AbstractDevice(device_kind=device_kind, num_cores=num_cores,
                                platform=platform)
 
@@ -90,7 +212,16 @@ def encode_abstract_mesh(mesh) -> tuple:
 
 
 def decode_abstract_mesh(fields):
-  axis_sizes, axis_names, axis_types, abstract_device = fields
+  axis_sizes, axis_names, axis_types, abstract_device = _fields(
+      _ABSTRACT_MESH, fields,
+      ("axis_sizes", "axis_names", "axis_types", "abstract_device"))
+  _check_axes(_ABSTRACT_MESH, axis_sizes, axis_names, axis_types,
+              MAX_ABSTRACT_MESH_SIZE)
+  if (abstract_device is not None
+      and type(abstract_device) is not compat.AbstractDevice):
+    raise FormatError(f"{_ABSTRACT_MESH}: abstract_device "
+                      f"{abstract_device!r} is not None or an "
+                      "AbstractDevice"[:500])
   return compat.AbstractMesh(axis_sizes, axis_names, axis_types,
                              abstract_device=abstract_device)
 
@@ -141,9 +272,20 @@ def encode_mesh(mesh) -> tuple:
 
 
 def decode_mesh(fields):
-  axis_sizes, axis_names, axis_types, platform, ids = fields
+  axis_sizes, axis_names, axis_types, platform, ids = _fields(
+      _MESH, fields,
+      ("axis_sizes", "axis_names", "axis_types", "platform", "device_ids"))
+  size = _check_axes(_MESH, axis_sizes, axis_names, axis_types,
+                     MAX_MESH_DEVICES)
+  _check_device_ids(_MESH, platform, ids)
   if not axis_names:
+    if ids or platform is not None:
+      raise FormatError(f"{_MESH}: the empty mesh has device ids {ids!r} "
+                        f"on platform {platform!r}"[:500])
     return compat.empty_concrete_mesh
+  if len(ids) != size:
+    raise FormatError(f"{_MESH}: axis_sizes {axis_sizes!r} make a mesh of "
+                      f"{size} devices but it has {len(ids)} device ids")
   devices = np.array(_local_devices(platform, ids), dtype=object)
   return compat.Mesh(devices.reshape(axis_sizes), axis_names,
                      axis_types=axis_types)
@@ -156,7 +298,24 @@ def encode_named_sharding(sharding) -> tuple:
 
 
 def decode_named_sharding(fields):
-  mesh, spec, memory_kind = fields
+  mesh, spec, memory_kind = _fields(_NAMED_SHARDING, fields,
+                                    ("mesh", "spec", "memory_kind"))
+  if type(mesh) not in (compat.Mesh, compat.AbstractMesh):
+    raise FormatError(f"{_NAMED_SHARDING}: mesh {mesh!r} is not a Mesh or "
+                      "an AbstractMesh"[:500])
+  if type(spec) is not compat.PartitionSpec:
+    raise FormatError(f"{_NAMED_SHARDING}: spec {spec!r} is not a "
+                      "PartitionSpec"[:500])
+  if memory_kind is not None and type(memory_kind) is not str:
+    raise FormatError(f"{_NAMED_SHARDING}: memory_kind {memory_kind!r} is "
+                      "not None or a string"[:500])
+  unknown = sorted(
+      {*_spec_axes(spec.partitions), *spec.unreduced, *spec.reduced}
+      - set(mesh.axis_names))
+  if unknown:
+    raise FormatError(f"{_NAMED_SHARDING}: spec {spec!r} names axes "
+                      f"{unknown!r} that its mesh (axes "
+                      f"{tuple(mesh.axis_names)!r}) does not have"[:500])
   return compat.NamedSharding(mesh, spec, memory_kind=memory_kind)
 
 
@@ -166,7 +325,10 @@ def encode_device(device) -> tuple:
 
 
 def decode_device(fields):
-  platform, device_id = fields
+  platform, device_id = _fields("jax.Device", fields, ("platform", "id"))
+  if type(platform) is not str:
+    raise FormatError(f"jax.Device: platform {platform!r} is not a string")
+  _check_device_ids("jax.Device", platform, (device_id,))
   return _local_devices(platform, (device_id,))[0]
 
 
@@ -176,7 +338,14 @@ def encode_manual_axis_type(mat) -> tuple:
 
 
 def decode_manual_axis_type(fields):
-  varying, unreduced, reduced = fields
+  varying, unreduced, reduced = _fields(
+      "jax.ManualAxisType", fields, ("varying", "unreduced", "reduced"))
+  for name, value in (("varying", varying), ("unreduced", unreduced),
+                      ("reduced", reduced)):
+    if type(value) is not frozenset or not all(type(a) is str
+                                               for a in value):
+      raise FormatError(f"jax.ManualAxisType: {name} {value!r} is not a "
+                        "frozenset of axis names"[:500])
   return compat.ManualAxisType(varying=varying, unreduced=unreduced,
                                reduced=reduced)
 

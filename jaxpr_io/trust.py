@@ -56,7 +56,8 @@ FFI_TARGETS: registry.Registry[str] = registry.Registry("FFI target")
 # JAX's own host-callback targets take the address or index of a Python
 # object in the process that traced the program as an attribute: from a file
 # they are a pointer into nowhere. They are refused even for trusted files.
-_PROCESS_BOUND_TARGETS = re.compile(r"xla_(ffi_)?python_.*callback.*")
+_PROCESS_BOUND_TARGETS = re.compile(
+    r"xla_(ffi_)?(partitioned_)?python_.*callback.*")
 
 
 def register_ffi_target(name: str, *,
@@ -246,7 +247,8 @@ POLICIES: tuple[Policy, ...] = (
            "`xla_dump_to`", "kept"),
     Policy("`ffi_call` `target_name`", "allowlisted",
            "must be registered with `jaxpr_io.register_ffi_target`; JAX's "
-           "host-callback targets (`xla_ffi_python_*callback*`) are refused",
+           "host-callback targets (`xla_ffi_[partitioned_]python_*callback*`)"
+           " are refused",
            "any target except JAX's host-callback targets"),
     Policy("`ffi_call` `attributes`", "allowlisted",
            "passed to the registered target's `validate_attributes`",

@@ -593,7 +593,8 @@ def test_huge_declared_shape(dims):
   data = mutated(small(), lambda m: _point_const_at_new_aval(m, dims))
   start = time.monotonic()
   with memory_bound(50 << 20):
-    assert_rejected(data, r"needs \d+ bytes but has 12", seconds=10)
+    assert_rejected(data, r"needs \d+ bytes but has 12|has over 2\*\*62 bytes",
+                    seconds=10)
   assert time.monotonic() - start < 5
 
 
@@ -606,7 +607,8 @@ def test_huge_declared_shape_of_zero_size_dtype():
     m.avals[const.aval].shaped_array.dtype.dtype = pb.DType["FLOAT0"]
     const.inline = b""
   with memory_bound(50 << 20):
-    assert_rejected(mutated(small(), mutate), r"array \d+: .*float0",
+    assert_rejected(mutated(small(), mutate),
+                    r"array \d+: .*float0|float0.* has over 2\*\*62 bytes",
                     seconds=10)
 
 
