@@ -9,18 +9,26 @@ Two measurements are made:
    trace in a warm process, of ``jaxpr_io.dumps`` and of ``jaxpr_io.loads``,
    and the ratios trace/dumps and trace/loads against a target of >= 20x.
    It also compares the size of ``jaxpr_io.dumps`` with the size of
-   ``jax.export``'s serialized artifact for the same function.
+   ``jax.export``'s serialized artifact for the same function, and the time
+   of ``jaxpr_io.loads`` with the time of constructing the same objects
+   without parsing (``construct``: every ``Var``, ``Literal``, ``JaxprEqn``,
+   ``Jaxpr`` and ``ClosedJaxpr``, sub-jaxprs included, built through the
+   constructors the reader uses, from plain Python lists prepared in
+   advance), against a target of loads <= 1.3x construct.
 
 2. Lazy constants.  A small program closing over about ``--const-gib`` GiB of
    float32 numpy arrays is saved with ``jaxpr_io.save``.  The script reports
    the median time of ``jaxpr_io.load`` next to the time of a bare
    ``mmap`` of the same file, the resident-set growth caused by ``load``
    (which should be small, since constant data is read lazily), and the time
-   and resident-set growth of the first use of the constants.
+   and resident-set growth of the first use of the constants. Before that,
+   it reports the median time of ``jaxpr_io.save`` next to a plain
+   ``os.write`` + fsync of the same number of bytes to a new file in the same
+   directory (``--dir``), against a target of save <= 1.2x write + fsync.
 
 Run from the repository root::
 
-    python benchmarks/bench_format.py [--layers 48] [--repeats 5] [--const-gib 1.0]
+    python benchmarks/bench_format.py [--layers 48] [--repeats 5] [--const-gib 1.0] [--dir DIR]
 
 Target ratios that are not met are reported but do not change the exit status.
 """
@@ -44,8 +52,13 @@ from jax.extend.core import jaxprs_in_params
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jaxpr_io  # noqa: E402
+import jaxpr_io.container  # noqa: E402
+import jaxpr_io.reader  # noqa: E402
+from jaxpr_io import compat  # noqa: E402
 
 TARGET_RATIO = 20.0
+LOADS_VS_CONSTRUCT_TARGET = 1.3
+SAVE_VS_WRITE_TARGET = 1.2
 D_MODEL = 64
 N_HEADS = 4
 SEQ_LEN = 16
@@ -130,6 +143,198 @@ def verdict(ok):
     return "met" if ok else "NOT met"
 
 
+def print_comparison(name, times, base_name, base_times, target, nbytes=None):
+    """Median and minimum of `times` beside those of `base_times`, and their
+    ratios; the verdict is on the ratio of medians. (On a shared machine the
+    minimum is the run least disturbed by other work.)"""
+    med, base_med = statistics.median(times), statistics.median(base_times)
+    low, base_low = min(times), min(base_times)
+    rate = f"{'GiB/s (med)':>12}" if nbytes else ""
+    print(f"{'measurement':<28}{'median':>13}{'min':>13}{rate}   "
+          f"{len(times)} runs each, alternating")
+    for label, m, lo in ((base_name, base_med, base_low), (name, med, low)):
+        speed = f"{nbytes / 2**30 / m:12.2f}" if nbytes else ""
+        print(f"{label:<28}{fmt_ms(m)}{fmt_ms(lo)}{speed}")
+    print(f"{name} / {base_name}: {med / base_med:.2f}x (medians), "
+          f"{low / base_low:.2f}x (minimums); target <= {target}x: "
+          f"{verdict(med / base_med <= target)}")
+
+
+# ------------------------------------------------------- loads vs construct
+def construction_plan(data):
+    """What rebuilding the program of ``data`` takes once parsing is done.
+
+    Reads ``data`` once with jaxpr_io's reader, then keeps, for each stored
+    jaxpr (sub-jaxprs before their users, as the reader builds them), plain
+    Python lists of what each equation needs: its primitive, where its
+    inputs come from (an earlier variable's number, or a literal's value and
+    type), its outputs' avals, its params dict (with a slot for each param
+    that holds a sub-jaxpr), its effects, source_info and context; and, for
+    each closed jaxpr, its jaxpr's number and constant values.
+    """
+    c = jaxpr_io.container.Container(data)
+    closed, _, _, msg, rd = jaxpr_io.reader.read(c, verify_blobs=False)
+    slot_of = {}  # id(object the reader built) -> ("open", i) / ("closed", j)
+    for i, j in enumerate(rd.jaxprs):
+        slot_of[id(j)] = ("open", i)
+    closed_plans = []  # (jaxpr number, consts) in the reader's table order
+    closed_after = {}  # jaxpr number -> closed-table numbers built from it
+    for k, cj in enumerate(rd._closed):  # pylint: disable=protected-access
+        if cj is not None:
+            slot_of[id(cj)] = ("closed", k)
+            jaxpr_index = msg.closed_jaxprs[k].jaxpr
+            closed_after.setdefault(jaxpr_index, []).append(k)
+            closed_plans.append((k, jaxpr_index, list(cj.consts)))
+
+    def param_plan(params):
+        static, slots = {}, []
+        for key, value in params.items():
+            if id(value) in slot_of:
+                slots.append((key, slot_of[id(value)], None))
+            elif type(value) in (tuple, list) and any(id(x) in slot_of for x in value):
+                slots.append((key, [slot_of.get(id(x), ("static", x)) for x in value],
+                              type(value)))
+            static[key] = value
+        return static, slots
+
+    def atom_plan(ref, atom):
+        if ref >= 0:
+            return ref
+        return (atom.val, atom.aval)
+
+    plans = []
+    for i, (m, j) in enumerate(zip(msg.jaxprs, rd.jaxprs)):
+        eqns = []
+        for e_msg, eqn in zip(m.eqns, j.eqns):
+            static, slots = param_plan(eqn.params)
+            eqns.append((
+                eqn.primitive,
+                [atom_plan(r, a) for r, a in zip(e_msg.invars, eqn.invars)],
+                [(type(v) is compat.DropVar, v.aval) for v in eqn.outvars],
+                static, slots, eqn.effects, eqn.source_info, eqn.ctx))
+        plans.append((
+            [rd.avals[a] for a in m.constvars], [rd.avals[a] for a in m.invars], eqns,
+            [atom_plan(r, a) for r, a in zip(m.outvars, j.outvars)],
+            j.effects, j.debug_info, m.is_high, closed_after.get(i, [])))
+    consts_of = {k: consts for k, _, consts in closed_plans}
+    return plans, consts_of, slot_of[id(closed)][1]
+
+
+def construct(plan):
+    """Builds every Var, Literal, JaxprEqn, Jaxpr and ClosedJaxpr of a program
+    from ``construction_plan``'s lists, through the constructors the reader
+    uses (jaxpr_io.compat): the cost of the objects, without any parsing."""
+    plans, consts_of, root = plan
+    Var, DropVar, Literal = compat.Var, compat.DropVar, compat.Literal
+    new_eqn, new_jaxpr, make_closed = compat.new_eqn, compat.new_jaxpr, compat.make_closed
+    built = {"open": [], "closed": {}}
+
+    def resolve(slot):
+        return built[slot[0]][slot[1]] if slot[0] != "static" else slot[1]
+
+    for const_avals, in_avals, eqns, out_refs, effects, debug_info, is_high, closed in plans:
+        constvars = [Var(a) for a in const_avals]
+        invars = [Var(a) for a in in_avals]
+        env = constvars + invars
+        new_eqns = []
+        for prim, in_refs, outs, params, slots, eqn_effects, source_info, ctx in eqns:
+            ins = [env[r] if type(r) is int else Literal(*r) for r in in_refs]
+            outvars = [DropVar(a) if dropped else Var(a) for dropped, a in outs]
+            env.extend(outvars)
+            if slots:
+                params = dict(params)
+                for key, slot, seq_type in slots:
+                    params[key] = (resolve(slot) if seq_type is None
+                                   else seq_type(resolve(s) for s in slot))
+            new_eqns.append(new_eqn(ins, outvars, prim, params, eqn_effects,
+                                    source_info, ctx))
+        outvars = [env[r] if type(r) is int else Literal(*r) for r in out_refs]
+        jaxpr = new_jaxpr(constvars, invars, outvars, new_eqns, effects, debug_info, is_high)
+        built["open"].append(jaxpr)
+        for k in closed:
+            built["closed"][k] = make_closed(jaxpr, consts_of[k])
+    return built["closed"][root]
+
+
+def bench_loads_vs_construct(data, repeats):
+    """Times of ``loads`` of ``data`` and of ``construct`` of its plan.
+
+    Both are timed with the cyclic garbage collector paused (``loads``
+    pauses it itself while it builds), and a collection runs between runs,
+    untimed: the collection that the new objects provoke later is the same
+    for any code that builds them. The runs alternate, so both see the same
+    machine load."""
+    plan = construction_plan(data)
+    rebuilt = construct(plan)
+    assert str(rebuilt) == str(jaxpr_io.loads(data).closed_jaxpr), "construct differs"
+    loads_times, construct_times = [], []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(max(3 * repeats, 15)):  # cheap: more runs, less noise
+            for times, fn in ((loads_times, lambda: jaxpr_io.loads(data)),
+                              (construct_times, lambda: construct(plan))):
+                gc.collect()
+                times.append(median_time(fn, 1))
+    finally:
+        if was_enabled:
+            gc.enable()
+    return loads_times, construct_times
+
+
+# --------------------------------------------------- save vs write + fsync
+def plain_write(path, buffers):
+    """The floor for saving: ``os.write`` of each buffer, then fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def bench_save_vs_write(prog, directory, repeats):
+    """Times of ``jaxpr_io.save`` and of a plain write + fsync of the same
+    bytes' count (the constants' own buffers), in the same directory, each to
+    a new file; and the file size.
+
+    The two alternate, and each run starts after ``os.sync()`` with the last
+    file deleted, so that neither pays for the other's write-back. (On a
+    virtual machine, page-cache pages never used before can cost several
+    times more to write than recycled ones: one untimed run of each comes
+    first.)"""
+    path = os.path.join(directory, "saved.jaxpr")
+    plain_path = os.path.join(directory, "plain.bin")
+    jaxpr_io.save(path, prog)
+    size = os.path.getsize(path)
+    consts = [np.asarray(c) for c in prog.closed_jaxpr.consts]
+    head = bytes(size - sum(c.nbytes for c in consts))  # header, program, padding
+    buffers = [head, *(c.reshape(-1).view(np.uint8) for c in consts)]
+    plain_write(plain_path, buffers)  # both once untimed: the page cache
+    os.unlink(plain_path)             # then has memory that was in use
+    os.unlink(path)
+
+    def timed(fn, target):
+        os.sync()
+        start = time.perf_counter()
+        fn()
+        elapsed = time.perf_counter() - start
+        assert os.path.getsize(target) == size
+        os.unlink(target)
+        return elapsed
+
+    save_times, plain_times = [], []
+    for i in range(repeats):
+        runs = [(save_times, lambda: jaxpr_io.save(path, prog), path),
+                (plain_times, lambda: plain_write(plain_path, buffers), plain_path)]
+        for times, fn, target in (runs if i % 2 == 0 else runs[::-1]):
+            times.append(timed(fn, target))
+    return save_times, plain_times, size
+
+
 def bench_transformer(n_layers, repeats):
     model = Transformer(n_layers)
     tokens = jnp.zeros((BATCH, SEQ_LEN), jnp.int32)
@@ -173,6 +378,9 @@ def bench_transformer(n_layers, repeats):
     print(f"{'jax.export serialize':<28}{export_size:13,d}")
     print(f"jaxpr_io <= jax.export: {'yes' if len(data) <= export_size else 'NO'}"
           f" ({len(data) / export_size:.2f}x)")
+    loads_times, construct_times = bench_loads_vs_construct(data, repeats)
+    print_comparison("jaxpr_io.loads", loads_times, "construct (no parsing)",
+                     construct_times, LOADS_VS_CONSTRUCT_TARGET)
 
 
 def make_constants(const_gib):
@@ -186,7 +394,7 @@ def make_constants(const_gib):
     ]
 
 
-def bench_lazy_constants(const_gib, repeats):
+def bench_lazy_constants(const_gib, repeats, directory=None):
     weights = make_constants(const_gib)
     rows = weights[0].shape[0]
 
@@ -199,7 +407,8 @@ def bench_lazy_constants(const_gib, repeats):
     const_bytes = sum(c.nbytes for c in consts)
     expected_sums = [float(w.sum(dtype=np.float64)) for w in weights]
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        save_times, write_times, save_size = bench_save_vs_write(prog, tmp, repeats)
         path = os.path.join(tmp, "consts.jaxpr")
         jaxpr_io.save(path, prog)
         file_size = os.path.getsize(path)
@@ -224,6 +433,8 @@ def bench_lazy_constants(const_gib, repeats):
 
     print(f"== Lazy constants: {n_consts} float32 constants, {fmt_mib(const_bytes).strip()} ==")
     print(f"file size: {fmt_mib(file_size).strip()}")
+    print_comparison("jaxpr_io.save", save_times, "os.write + fsync", write_times,
+                     SAVE_VS_WRITE_TARGET, nbytes=save_size)
     print(f"{'measurement':<28}{'time':>13}{'RSS increase':>16}")
     print(f"{'open + mmap (baseline)':<28}{fmt_ms(mmap_s)}")
     print(f"{'jaxpr_io.load (median)':<28}{fmt_ms(load_s)}{fmt_mib(rss_after_load - rss_before):>16}")
@@ -239,13 +450,15 @@ def main():
     parser.add_argument("--layers", type=int, default=48, help="transformer layers")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement")
     parser.add_argument("--const-gib", type=float, default=1.0,
-                        help="GiB of float32 constants for the lazy-load benchmark")
+                        help="GiB of float32 constants for the save and lazy-load benchmarks")
+    parser.add_argument("--dir", default=None,
+                        help="directory to save in (default: the system's temporary directory)")
     args = parser.parse_args()
 
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, repeats {args.repeats}\n")
     bench_transformer(args.layers, args.repeats)
     print()
-    bench_lazy_constants(args.const_gib, args.repeats)
+    bench_lazy_constants(args.const_gib, args.repeats, args.dir)
 
 
 if __name__ == "__main__":

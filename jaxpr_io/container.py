@@ -6,12 +6,17 @@ This module knows bytes and offsets only; it does not know what a jaxpr is.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import re
+import socket
 import stat
 import struct
-import tempfile
+import sys
+import threading
 import zlib
+from typing import Any
 
 from jaxpr_io import version
 from jaxpr_io.errors import FormatError
@@ -25,8 +30,8 @@ _HEADER = struct.Struct("<8sIIQQQQI8s")
 _HEADER_CRC = struct.Struct("<I")
 assert _HEADER.size + _HEADER_CRC.size == HEADER_SIZE
 
-# Files are created as open() would create them; mkstemp's 0600 is for the
-# temporary name only. (Reading the umask means setting it: do it once.)
+# Files are created as open() would create them; the temporary file's 0600
+# is for the writing only. (Reading the umask means setting it: do it once.)
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 _FILE_MODE = 0o666 & ~_UMASK
@@ -36,8 +41,92 @@ _FILE_MODE = 0o666 & ~_UMASK
 MAX_PROGRAM_BYTES = (2 << 30) - 1
 
 
+# Buffers at least this large are checksummed by several threads at once
+# (zlib.crc32 releases the GIL), each over one slice; the slices' CRCs are
+# then combined (`_crc32_combine`), which gives exactly zlib's result.
+_PARALLEL_CRC_BYTES = 32 << 20
+_CRC_THREADS = max(1, min(8, os.cpu_count() or 1))
+
+
 def crc32(data) -> int:
-  return zlib.crc32(data) & 0xFFFFFFFF
+  view = memoryview(data)
+  if view.nbytes >= _PARALLEL_CRC_BYTES and _CRC_THREADS > 1:
+    return _parallel_crc32(view)
+  return zlib.crc32(view) & 0xFFFFFFFF
+
+
+def _gf2_times(matrix: list[int], vector: int) -> int:
+  total, i = 0, 0
+  while vector:
+    if vector & 1:
+      total ^= matrix[i]
+    vector >>= 1
+    i += 1
+  return total
+
+
+# [k]: the GF(2) matrix (as its 32 columns) that advances a CRC-32 over
+# 2**k zero bytes; built on first use, each the square of the one before.
+_ZERO_POWERS: list[list[int]] = []
+_ZERO_POWERS_LOCK = threading.Lock()
+
+
+def _zero_power(k: int) -> list[int]:
+  if k >= len(_ZERO_POWERS):
+    with _ZERO_POWERS_LOCK:
+      while len(_ZERO_POWERS) <= k:
+        if _ZERO_POWERS:
+          matrix = _ZERO_POWERS[-1]
+          squarings = 1
+        else:  # one zero bit (zlib's crc32_combine), squared to 8 bits
+          matrix = [0xEDB88320] + [1 << n for n in range(31)]
+          squarings = 3
+        for _ in range(squarings):
+          matrix = [_gf2_times(matrix, column) for column in matrix]
+        _ZERO_POWERS.append(matrix)
+  return _ZERO_POWERS[k]
+
+
+def _crc32_combine(crc1: int, crc2: int, length2: int) -> int:
+  """CRC-32 of A + B from crc1 = CRC(A), crc2 = CRC(B) and len(B)."""
+  k = 0
+  while length2:
+    if length2 & 1:
+      crc1 = _gf2_times(_zero_power(k), crc1)
+    length2 >>= 1
+    k += 1
+  return crc1 ^ crc2
+
+
+def _parallel_crc32(view: memoryview) -> int:
+  view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+  n = view.nbytes
+  step = -(-n // _CRC_THREADS)  # one slice per thread, in whole MiB
+  step = -(-step // (1 << 20)) << 20
+  bounds = [(start, min(start + step, n)) for start in range(0, n, step)]
+  results: list = [None] * len(bounds)
+
+  def run(k):
+    start, stop = bounds[k]
+    try:
+      results[k] = zlib.crc32(view[start:stop])
+    except BaseException as e:  # pylint: disable=broad-except
+      results[k] = e  # raised below, in the calling thread
+
+  threads = [threading.Thread(target=run, args=(k,), daemon=True)
+             for k in range(1, len(bounds))]
+  for t in threads:
+    t.start()
+  run(0)
+  for t in threads:
+    t.join()
+  for part in results:
+    if not isinstance(part, int):
+      raise part
+  total = results[0]
+  for (start, stop), part in zip(bounds[1:], results[1:]):
+    total = _crc32_combine(total, part, stop - start)
+  return total & 0xFFFFFFFF
 
 
 def align(n: int) -> int:
@@ -101,29 +190,223 @@ def _mode_for(path: str) -> int:
 def write_file(path: str | os.PathLike, program: bytes, layout: DataLayout,
                format_version: int = version.FORMAT_VERSION) -> None:
   """Writes atomically: a temporary file in the same directory, fsynced, then
-  renamed over `path`. A crash leaves the old file or the new one, never a
-  half-written one."""
+  renamed over `path`, then the directory fsynced. A crash leaves the old
+  file or the new one, never a half-written one. The file keeps the
+  permission bits of the file it replaces (else the umask's default).
+
+  No temporary file outlives its process, even one killed with SIGKILL:
+  on Linux the bytes go into an anonymous file (`O_TMPFILE`) in the target's
+  directory, which the kernel discards if the process dies, and which gets a
+  name (`.NAME.jaxpr_io-HOST-PID-RANDOM.tmp`) only once it is complete and
+  fsynced, for the moment before it is renamed over `path`. Where
+  `O_TMPFILE` is unavailable (other systems; filesystems that refuse it)
+  the temporary file has that name from the start. Either way, each save
+  first deletes the temporary files of the same target that were left by
+  processes of this host that no longer exist (`os.kill(pid, 0)` fails
+  with ProcessLookupError); those of live processes are never touched.
+
+  Array data is written from the arrays' own buffers (no copies), in large
+  `os.writev` calls; on Linux, write-back to the disk is started as each
+  chunk is written (`sync_file_range`), so the final fsync has little left
+  to wait for."""
   path = os.fspath(path)
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(prefix=".jaxpr_io-", suffix=".tmp",
-                             dir=directory)
+  directory, base = os.path.split(os.path.abspath(path))
+  mode = _mode_for(path)
+  _remove_stale_temporaries(directory, base)
+  global _use_tmpfile  # pylint: disable=global-statement
+  if _use_tmpfile and hasattr(os, "O_TMPFILE"):
+    try:
+      fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC,
+                   0o600)
+    except OSError:
+      fd = None  # this filesystem refuses it (EOPNOTSUPP, EISDIR, EINVAL)
+    if fd is not None:
+      try:
+        _write_contents(fd, program, layout, format_version, mode)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+          while True:
+            tmp = _temp_name(directory, base)
+            try:
+              # linkat(AT_SYMLINK_FOLLOW): a dir_fd makes os.link use linkat;
+              # plain link() would link the /proc symlink itself (EXDEV).
+              os.link(f"/proc/self/fd/{fd}", os.path.basename(tmp),
+                      dst_dir_fd=dir_fd, follow_symlinks=True)
+              break
+            except FileExistsError:
+              continue
+            except OSError:
+              # No /proc, or linking refused: name files from the start.
+              _use_tmpfile = False
+              tmp = None
+              break
+        finally:
+          os.close(dir_fd)
+      finally:
+        os.close(fd)
+      if tmp is not None:
+        _rename_into_place(tmp, path, directory)
+        return
+  tmp = _temp_name(directory, base)
+  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o600)
   try:
-    with os.fdopen(fd, "wb") as f:
-      for part in _parts(program, layout, format_version):
-        f.write(part)
-      f.flush()
-      os.fchmod(f.fileno(), _mode_for(path))
-      os.fsync(f.fileno())
+    try:
+      _write_contents(fd, program, layout, format_version, mode)
+    finally:
+      os.close(fd)
+  except BaseException:
+    _unlink_quietly(tmp)
+    raise
+  _rename_into_place(tmp, path, directory)
+
+
+# Whether to try O_TMPFILE (where os has it); cleared if naming such a file
+# through /proc fails.
+_use_tmpfile = os.path.isdir("/proc/self/fd")
+_TEMP_MARK = ".jaxpr_io-"
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_TEMP_SUFFIX = re.compile(r"([0-9a-f]{8})-([0-9]{1,10})-[0-9a-f]{1,32}\.tmp\Z")
+_MAX_TEMP_BASE = 160  # of the target's name, so temporary names fit NAME_MAX
+# Data is written and handed to write-back in pieces of this size.
+_WRITE_CHUNK = 64 << 20
+_IOV_MAX = 512
+
+
+def _host_token() -> str:
+  """Names the pid namespace a temporary file's pid belongs to: pids of
+  another host (a shared filesystem) or container are not ours to test."""
+  try:
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+  except OSError:
+    namespace = 0
+  return f"{crc32(f'{socket.gethostname()}/{namespace}'.encode()):08x}"
+
+
+def _temp_name(directory: str, base: str) -> str:
+  return os.path.join(directory, f".{base[:_MAX_TEMP_BASE]}{_TEMP_MARK}"
+                      f"{_host_token()}-{os.getpid()}-{os.urandom(8).hex()}"
+                      ".tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except (OSError, OverflowError, ValueError):
+    return True  # e.g. PermissionError: another user's live process
+  return True
+
+
+def _remove_stale_temporaries(directory: str, base: str) -> None:
+  """Deletes temporary files for `base` left by dead processes of this
+  host (a process killed while saving with named temporaries, or killed
+  between naming an O_TMPFILE file and renaming it)."""
+  if os.name != "posix":
+    return  # os.kill(pid, 0) would not test for life elsewhere
+  prefix = f".{base[:_MAX_TEMP_BASE]}{_TEMP_MARK}"
+  try:
+    names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+  except OSError:
+    return
+  if not names:
+    return
+  token, me = _host_token(), os.getpid()
+  for name in names:
+    match = _TEMP_SUFFIX.match(name, len(prefix))
+    if match is None or match.group(1) != token:
+      continue
+    pid = int(match.group(2))
+    if pid <= 0 or pid == me or _pid_alive(pid):
+      continue
+    _unlink_quietly(os.path.join(directory, name))
+
+
+def _unlink_quietly(name: str) -> None:
+  try:
+    os.unlink(name)
+  except OSError:
+    pass
+
+
+def _rename_into_place(tmp: str, path: str, directory: str) -> None:
+  try:
     os.replace(tmp, path)
   except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
+    _unlink_quietly(tmp)
     raise
   dir_fd = os.open(directory, os.O_RDONLY)
   try:
     os.fsync(dir_fd)
   finally:
     os.close(dir_fd)
+
+
+def _write_contents(fd: int, program: bytes, layout: DataLayout,
+                    format_version: int, mode: int) -> None:
+  """The file's bytes, then its mode, then fsync."""
+  batch: list[memoryview] = []
+  batch_bytes = 0
+  written = 0
+  for part in _parts(program, layout, format_version):
+    view = memoryview(part)
+    if view.ndim != 1 or view.format != "B":
+      view = view.cast("B")
+    for start in range(0, view.nbytes, _WRITE_CHUNK):
+      piece = view[start:start + _WRITE_CHUNK]
+      if batch_bytes + piece.nbytes > _WRITE_CHUNK or len(batch) >= _IOV_MAX:
+        written = _write_batch(fd, batch, written)
+        batch, batch_bytes = [], 0
+      batch.append(piece)
+      batch_bytes += piece.nbytes
+  _write_batch(fd, batch, written)
+  os.fchmod(fd, mode)
+  os.fsync(fd)
+
+
+def _write_batch(fd: int, views: list, offset: int) -> int:
+  """Writes `views` (at `offset`, the fd's position); starts their
+  write-back if they are large; returns the new offset."""
+  start = offset
+  while views:
+    n = (os.writev(fd, views) if hasattr(os, "writev")
+         else os.write(fd, views[0]))
+    if n <= 0:
+      raise OSError(errno.EIO, "write wrote nothing")
+    offset += n
+    while views and n >= views[0].nbytes:
+      n -= views[0].nbytes
+      views = views[1:]
+    if views and n:
+      views = [views[0][n:], *views[1:]]
+  if offset - start >= _WRITE_CHUNK // 2:
+    _start_writeback(fd, start, offset - start)
+  return offset
+
+
+_sync_file_range: Any = None
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+  """Asks the kernel to start writing this range to the disk now, rather
+  than at fsync, so that writing to the page cache and to the disk overlap.
+  A hint: ignored where sync_file_range is unavailable or fails."""
+  global _sync_file_range  # pylint: disable=global-statement
+  if _sync_file_range is None:
+    _sync_file_range = False
+    if sys.platform.startswith("linux"):
+      try:
+        import ctypes  # pylint: disable=g-import-not-at-top
+        if ctypes.sizeof(ctypes.c_void_p) == 8:
+          function = ctypes.CDLL(None, use_errno=True).sync_file_range
+          function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_uint]
+          function.restype = ctypes.c_int
+          _sync_file_range = function
+      except (ImportError, OSError, AttributeError):
+        pass
+  if _sync_file_range:
+    _sync_file_range(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
 
 
 class Container:

@@ -30,7 +30,12 @@ from jaxpr_io.errors import UnsupportedError
 _DOUBLE = struct.Struct("<d")
 # Arrays of at most this many bytes are stored inside the message.
 INLINE_LIMIT = 64
-MAX_JAXPR_DEPTH = 200
+# Sub-jaxprs nest at most this deep, in files written and read. JAX prints,
+# lowers and differentiates recursively: at 40 levels of nested scans every
+# operation still works on both ends of the supported releases, at 48 lowering
+# runs out of Python stack. 32 leaves room for the caller's own nesting
+# (tests/test_limits.py checks each kind of nesting at this depth).
+MAX_JAXPR_DEPTH = 32
 
 _KIND = pb.HostKind
 _NUMPY_ARRAY = _KIND["NUMPY_ARRAY"]
@@ -94,6 +99,15 @@ def _array_bytes(value, aval) -> np.ndarray:
   return np.ascontiguousarray(data)
 
 
+def _same_bytes(a: memoryview, b: memoryview) -> bool:
+  """Whether two byte buffers of one length are equal: numpy compares 16 MiB
+  at a time (memoryview's == compares item by item, several times slower)."""
+  x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
+  step = 1 << 24
+  return all(np.array_equal(x[i:i + step], y[i:i + step])
+             for i in range(0, len(x), step))
+
+
 class Writer:
   """Builds one `Program` message and its data section."""
 
@@ -105,6 +119,7 @@ class Writer:
     self._arrays: dict[Any, int] = {}
     self._blobs: dict[tuple[int, int], list[int]] = {}
     self._blob_data: list[np.ndarray] = []
+    self._blob_at: dict[tuple[int, int], int] = {}  # (address, size)
     self._jaxprs: dict[int, int] = {}   # id(jaxpr) -> index
     self._closed: dict[int, int] = {}   # id(closed jaxpr) -> index
     self._depth = 0                     # jaxprs being encoded, nested
@@ -273,17 +288,28 @@ class Writer:
     return index
 
   def _blob(self, data: np.ndarray) -> int:
-    # As bytes: the buffer protocol has no format for ml_dtypes' types.
+    # As bytes: the buffer protocol has no format for ml_dtypes' types. The
+    # view is of the array's own buffer: the data is never copied (the
+    # layout holds the view, and the file is written from it).
     view = memoryview(data.reshape(-1).view(np.uint8))
+    # The same memory (one array used twice) is the same blob: no checksum
+    # or comparison needed. `_blob_data` keeps the memory alive, so an
+    # address cannot be reused while this writer lives.
+    at = (data.__array_interface__["data"][0], data.nbytes)
+    index = self._blob_at.get(at)
+    if index is not None:
+      return index
+    # Large buffers are checksummed by several threads (container.crc32).
     checksum = container.crc32(view)
     candidates = self._blobs.setdefault((data.nbytes, checksum), [])
     for index in candidates:
-      if memoryview(self._blob_data[index]) == view:
-        return index
+      if _same_bytes(self._blob_data[index], view):
+        return index  # (`data` may be a temporary: its address is not kept)
     index = len(self.msg.blobs)
     offset = self.layout.add(view)
     self.msg.blobs.add(offset=offset, length=data.nbytes, crc32=checksum)
     self._blob_data.append(view)
+    self._blob_at[at] = index
     candidates.append(index)
     return index
 
