@@ -61,6 +61,7 @@ import numpy as np
 from jaxpr_io import compat
 from jaxpr_io import registry
 from jaxpr_io.compat import callbacks as compat_cb
+from jaxpr_io.pytrees import is_call_signature
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 # ------------------------------------------------------------- registry
@@ -314,7 +315,7 @@ def decode_flat_callback(stored, params):
   if type(stored) is not tuple or len(stored) != 2:
     raise FormatError(f"callback {stored!r} is not a (name, in_tree) pair")
   name, tree = stored
-  return compat_cb.FlatCallback(_lookup(name), decode_treedef(tree))
+  return compat_cb.FlatCallback(_lookup(name), _call_tree(tree))
 
 
 # ------------------------------------------------------- debug_callback
@@ -346,7 +347,7 @@ def decode_debug_callback(stored, params):
   if positions != sorted(set(positions)):
     raise FormatError("debug callback static args are not in increasing "
                       "positions")
-  in_tree = decode_treedef(tree)
+  in_tree = _call_tree(tree)
   if any(not 0 <= p < in_tree.num_leaves for p in positions):
     raise FormatError("a debug callback static arg position is out of range")
   return compat_cb.make_debug_callback(_lookup(name), in_tree,
@@ -408,7 +409,17 @@ def _encode_in_tree(treedef, params):
 
 def _decode_in_tree(stored, params):
   del params
-  return decode_treedef(stored)
+  return _call_tree(stored)
+
+
+def _call_tree(stored):
+  """A stored `(args, kwargs)` structure: callbacks unflatten their operands
+  with it and unpack the pair."""
+  tree = decode_treedef(stored)
+  if not is_call_signature(tree):
+    raise FormatError(f"callback argument structure {tree} is not that of "
+                      "(args tuple, kwargs dict with string keys)")
+  return tree
 
 
 # ------------------------------------------------------- registration

@@ -129,6 +129,9 @@ class Node:
   child_keys: tuple[Any, ...] = ()      # generic: one key entry per child
   has_auxdata: bool = False             # generic
   auxdata: Any = None                   # generic, when has_auxdata
+  # The treedef `_build` made of this node, when it did not depend on where
+  # the node sits (no plain container stood in for a type below it).
+  built: Any = dataclasses.field(default=None, repr=False)
 
   @property
   def type_name(self) -> str:
@@ -296,7 +299,9 @@ def decode_treedef(r, msg):
   GENERIC nodes are re-bound to their types or become plain containers, as
   the module docstring says; nothing is imported.
   """
-  node = _read(r, msg, 0)
+  # Identical subtrees (the params of each layer of a model) are read and
+  # built once: byte-identical messages give the same validated `Node`.
+  node = _read(r, msg, 0, ({}, {}))
   fallbacks: list[tuple[tuple, str, str]] = []
   treedef = _build(node, (), fallbacks)
   if fallbacks:
@@ -307,10 +312,27 @@ def decode_treedef(r, msg):
 _KINDS = {number: name.lower() for name, number in _K.items()}
 
 
-def _read(r, msg, depth: int) -> Node:
-  """The `Node` of a message, validated."""
+def _read(r, msg, depth: int, memo=None) -> Node:
+  """The `Node` of a message, validated. `memo` is (serialized message ->
+  node, id(node) -> height) of the nodes with children read so far."""
   if depth > MAX_DEPTH:
     raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
+  if memo is None or not msg.children:
+    return _read_node(r, msg, depth, memo)
+  nodes, heights = memo
+  key = msg.SerializeToString()
+  node = nodes.get(key)
+  if node is not None:
+    # Validated where it was first met; only its depth here is new.
+    if depth + heights[id(node)] > MAX_DEPTH:
+      raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
+    return node
+  node = nodes[key] = _read_node(r, msg, depth, memo)
+  heights[id(node)] = 1 + max(heights.get(id(c), 0) for c in node.children)
+  return node
+
+
+def _read_node(r, msg, depth: int, memo) -> Node:
   kind = _KINDS.get(msg.kind)
   if kind is None or kind == "kind_unspecified":
     raise FormatError(f"unknown pytree node kind {msg.kind}")
@@ -318,7 +340,7 @@ def _read(r, msg, depth: int) -> Node:
   if not is_generic and (msg.child_keys or msg.HasField("auxdata") or
                          msg.type_module or msg.type_qualname):
     raise FormatError(f"a pytree {kind} node has fields of a GENERIC node")
-  children = tuple(_read(r, c, depth + 1) for c in msg.children)
+  children = tuple(_read(r, c, depth + 1, memo) for c in msg.children)
   if kind == "leaf":
     if children:
       raise FormatError("a pytree leaf has children")
@@ -388,6 +410,16 @@ def _build(node: Node, path: tuple, fallbacks: list):
   """The `PyTreeDef` of a validated `Node`; appends (path, type name,
   reason) to `fallbacks` for each GENERIC node built as a plain container.
   `path` is the node's key path in the tree being built."""
+  if node.built is not None:
+    return node.built
+  n_fallbacks = len(fallbacks)
+  treedef = _build_node(node, path, fallbacks)
+  if len(fallbacks) == n_fallbacks and node.children:
+    node.built = treedef  # the same wherever the node is (`_read`'s memo)
+  return treedef
+
+
+def _build_node(node: Node, path: tuple, fallbacks: list):
   kind = node.kind
   if kind == "leaf":
     return compat_pytrees.LEAF
@@ -609,6 +641,21 @@ def _expected_call_paths(treedef) -> tuple[tuple[tuple, ...], bool]:
   """(call path of each leaf, whether they are distinct) of a signature."""
   paths = tuple(call_path(p) for p in leaf_paths(treedef))
   return paths, len(set(paths)) == len(paths)
+
+
+def is_call_signature(in_tree) -> bool:
+  """Whether `in_tree` is the structure of some `(args, kwargs)`: a pair of
+  a tuple and a dict with string keys."""
+  def node_type(tree):
+    data = tree.node_data()
+    return None if data is None else data[0]
+  if node_type(in_tree) is not tuple or len(in_tree.children()) != 2:
+    return False
+  args, kwargs = in_tree.children()
+  kw_data = kwargs.node_data()
+  return (node_type(args) is tuple and kw_data is not None
+          and kw_data[0] is dict
+          and all(type(k) is str for k in kw_data[1]))
 
 
 def flatten_call_args(in_tree, args) -> list:

@@ -127,6 +127,12 @@ class Reader:
     self._dims: dict[str, Any] = {}
     self._source_infos: dict[int, Any] = {}
     self._name_entries: dict[tuple[int, int], Any] = {}
+    # (primitive string, param set, #inputs, #outputs) -> (primitive, params,
+    # sub-jaxpr refs, their inlined size) of an equation whose checks and
+    # mapping depend on nothing else (see `_JaxprDecoder.equation`).
+    self._eqn_kinds: dict[tuple[int, int, int, int], tuple] = {}
+    # Literal reference -> (value, aval), checked once.
+    self._literals: dict[int, tuple] = {}
     # Jaxpr indices referenced by the param set being decoded, for each
     # jaxpr's nesting depth and its size with shared sub-jaxprs inlined.
     self._refs: list[int] | None = None
@@ -581,6 +587,16 @@ class _JaxprDecoder:
     self.env.append(var)
     return var
 
+  def bind_all(self, aval_indices) -> list:
+    """Binds a variable of each aval in turn."""
+    avals, var = self.r.avals, compat.Var
+    try:
+      variables = [var(avals[a]) for a in aval_indices[:]]  # uint32: >= 0
+    except IndexError:
+      return [self.bind(a) for a in aval_indices]  # raises the error
+    self.env += variables
+    return variables
+
   def atom(self, ref: int):
     r = self.r
     if ref >= 0:
@@ -591,9 +607,12 @@ class _JaxprDecoder:
       if type(var) is compat.DropVar:
         raise FormatError(f"variable {ref} is a dropped output and cannot be used")
       return var
-    index = -1 - ref
-    value = r.array(index)
-    return compat.Literal(value, r.aval(r.msg.arrays[index].aval))
+    literal = r._literals.get(ref)  # pylint: disable=protected-access
+    if literal is None:
+      index = -1 - ref
+      literal = r._literals[ref] = (  # pylint: disable=protected-access
+          r.array(index), r.aval(r.msg.arrays[index].aval))
+    return compat.Literal(*literal)
 
   def effects(self, messages):
     if not messages:
@@ -602,22 +621,20 @@ class _JaxprDecoder:
 
   def decode(self):
     r, m = self.r, self.msg
-    constvars = [self.bind(a) for a in m.constvars]
-    invars = [self.bind(a) for a in m.invars]
-    eqns = []
-    append, equation = eqns.append, self.equation
-    for i, eqn_msg in enumerate(m.eqns):
-      try:
-        append(equation(eqn_msg))
-      except _DECODE_ERRORS as e:
-        name = (r.strings[eqn_msg.primitive]
-                if eqn_msg.primitive < len(r.strings) else "?")
-        raise FormatError(f"equation {i} ({name}): "
-                          f"{_describe_error(e)}") from None
+    constvars = self.bind_all(m.constvars)
+    invars = self.bind_all(m.invars)
+    eqns = self.equations(m.eqns)
     try:
       outvars = [self.atom(a) for a in m.outvars]
       effects = self.effects(m.effects)
       info = m.debug_info
+      # JAX asserts these lengths deep inside transformations (DCE).
+      if info.has_arg_names and len(info.arg_names) != len(invars):
+        raise FormatError(f"debug info names {len(info.arg_names)} "
+                          f"arguments for {len(invars)} inputs")
+      if info.has_result_paths and len(info.result_paths) != len(outvars):
+        raise FormatError(f"debug info names {len(info.result_paths)} "
+                          f"results for {len(outvars)} outputs")
       debug_info = compat.DebugInfo(
           r.string(info.traced_for), r.string(info.func_src_info),
           tuple(r.string(s) for s in info.arg_names)
@@ -629,9 +646,85 @@ class _JaxprDecoder:
     except _DECODE_ERRORS as e:
       raise FormatError(f"outputs: {_describe_error(e)}") from None
 
-  def equation(self, e):
-    # The hot loop of a load: each protobuf field is read once, and the
-    # reader's caches are read inline (their methods fill them).
+  def equations(self, msgs) -> list:
+    """The equations of one jaxpr, in order: the hot loop of a load.
+
+    An equation of a kind met before in this file (the same primitive
+    string, param set and numbers of inputs and outputs, with no dropped
+    outputs and no effects, of a primitive that neither the release adapter
+    maps nor a trust screen inspects) takes that kind's primitive, params and
+    sub-jaxpr references from `Reader._eqn_kinds`: the checks of `equation`
+    that filled it depend on nothing else, so they hold. What differs per
+    equation (its variables, name stack and context) is checked here as
+    `equation` checks it; any other equation goes through `equation`.
+    Equations of one kind share their params dict, as JAX treats params as
+    immutable (transformations build new dicts).
+    """
+    r, env = self.r, self.env
+    kinds = r._eqn_kinds  # pylint: disable=protected-access
+    avals, var, new_eqn = r.avals, compat.Var, compat.JaxprEqn
+    source_infos = r._source_infos  # pylint: disable=protected-access
+    contexts = r._contexts  # pylint: disable=protected-access
+    no_effects, drop_var = compat.no_effects, compat.DropVar
+    eqns = []
+    append, equation, atom = eqns.append, self.equation, self.atom
+    extend_refs = self.refs.extend
+    i, e, size = 0, None, 0
+    try:
+      for i, e in enumerate(msgs):
+        in_refs = e.invars[:]
+        outs = e.outvars[:]
+        kind = kinds.get((e.primitive, e.param_set, len(in_refs), len(outs)))
+        if kind is None or e.dropped or e.effects:
+          append(equation(e, in_refs, outs))
+          continue
+        prim, params, refs, refs_size = kind
+        # Variables bound earlier (0 <= ref < len(env)) are taken in one
+        # go; literals (negative refs), dropped outputs and bad references
+        # go through `atom`, which builds or refuses them.
+        if not in_refs or min(in_refs) >= 0:
+          try:
+            invars = [env[ref] for ref in in_refs]
+          except IndexError:
+            invars = [atom(ref) for ref in in_refs]
+          else:
+            if self.n_dropped and any(type(v) is drop_var for v in invars):
+              invars = [atom(ref) for ref in in_refs]
+        else:
+          invars = [atom(ref) for ref in in_refs]
+        try:
+          outvars = [var(avals[a]) for a in outs]
+        except IndexError:
+          raise FormatError("an output's aval index is out of range") \
+              from None
+        env += outvars
+        if refs:
+          extend_refs(refs)
+          size += refs_size
+        size += 1
+        ref = e.name_stack
+        source_info = source_infos.get(ref)
+        if source_info is None:
+          source_info = r.source_info(ref)
+        ref = e.ctx
+        try:
+          ctx = contexts[ref]
+        except IndexError:
+          ctx = None
+        if ctx is None:
+          ctx = r.eqn_context(ref)
+        append(new_eqn(invars, outvars, prim, params, no_effects,
+                       source_info, ctx))
+    except _DECODE_ERRORS as error:
+      name = r.strings[e.primitive] if e.primitive < len(r.strings) else "?"
+      raise FormatError(f"equation {i} ({name}): "
+                        f"{_describe_error(error)}") from None
+    self.size += size
+    return eqns
+
+  def equation(self, e, in_refs, outs):
+    """One equation, every check made; `in_refs` and `outs` are its invars
+    and outvars fields, read by the caller."""
     r, env = self.r, self.env
     try:
       name = r.strings[e.primitive]  # indices are uint32: never negative
@@ -640,7 +733,6 @@ class _JaxprDecoder:
     # Variables bound earlier (0 <= ref < len(env)) are taken in one go;
     # literals (negative refs), dropped outputs and bad references go
     # through `atom`, which builds or refuses them.
-    in_refs = e.invars[:]
     invars = None
     if in_refs and min(in_refs) >= 0:
       try:
@@ -652,7 +744,6 @@ class _JaxprDecoder:
           invars = None
     if invars is None:
       invars = [self.atom(ref) for ref in in_refs]
-    outs = e.outvars
     n_out = len(outs)
     if e.dropped:
       dropped = set(e.dropped)
@@ -705,8 +796,15 @@ class _JaxprDecoder:
       ctx = None
     if ctx is None:
       ctx = r.eqn_context(i)
-    return compat.new_eqn(invars, outvars, prim, values, effects,
-                          source_info, ctx)
+    if (screen is None and effects is compat.no_effects and not e.dropped
+        and name not in compat.ADAPTER._touched):  # pylint: disable=protected-access
+      # Nothing above but the variables, name stack and context depends on
+      # more than this key: `equations` reuses the rest.
+      r._eqn_kinds[e.primitive, e.param_set, len(invars), n_out] = (  # pylint: disable=protected-access
+          prim, values, refs,
+          sum(r._sizes[j] for j in refs))  # pylint: disable=protected-access
+    return compat.JaxprEqn(invars, outvars, prim, values, effects,
+                           source_info, ctx)
 
 
 # Exceptions that malformed input can provoke inside JAX's constructors or
@@ -721,20 +819,6 @@ def _describe_error(e: BaseException) -> str:
   if isinstance(e, FormatError):
     return str(e)
   return f"invalid program ({type(e).__name__}: {e})"
-
-
-def _is_call_signature(in_tree) -> bool:
-  """Whether `in_tree` is the structure of some `(args, kwargs)`."""
-  def node_type(tree):
-    data = tree.node_data()
-    return None if data is None else data[0]
-  if node_type(in_tree) is not tuple or len(in_tree.children()) != 2:
-    return False
-  args, kwargs = in_tree.children()
-  kw_data = kwargs.node_data()
-  return (node_type(args) is tuple and kw_data is not None
-          and kw_data[0] is dict
-          and all(type(k) is str for k in kw_data[1]))
 
 
 def read(data_container: container.Container, *, verify_blobs: bool,
@@ -775,7 +859,7 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
     raise FormatError(f"{source}: the program nests too deeply") from None
   except _DECODE_ERRORS as e:
     raise FormatError(f"{source}: {_describe_error(e)}") from None
-  if not _is_call_signature(in_tree):
+  if not pytrees.is_call_signature(in_tree):
     raise FormatError(f"{source}: the input signature {in_tree} is not the "
                       "structure of (args tuple, kwargs dict with string "
                       "keys); the program could not be called")

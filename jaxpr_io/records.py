@@ -303,6 +303,11 @@ def decode_named_sharding(fields):
   if type(mesh) not in (compat.Mesh, compat.AbstractMesh):
     raise FormatError(f"{_NAMED_SHARDING}: mesh {mesh!r} is not a Mesh or "
                       "an AbstractMesh"[:500])
+  if type(mesh) is compat.Mesh and not mesh.axis_names:
+    # The empty concrete mesh has no devices: JAX's C++ device list aborts
+    # the process on it.
+    raise FormatError(f"{_NAMED_SHARDING}: the mesh is the empty concrete "
+                      "mesh, which has no devices")
   if type(spec) is not compat.PartitionSpec:
     raise FormatError(f"{_NAMED_SHARDING}: spec {spec!r} is not a "
                       "PartitionSpec"[:500])

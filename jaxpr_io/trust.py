@@ -192,6 +192,26 @@ def check_format_string(fmt: str) -> None:
           f"<= {MAX_FORMAT_PRECISION}")
 
 
+class _Blank:
+  """Stands for a printed value: formats as nothing, whatever the spec."""
+
+  def __format__(self, spec):
+    return ""
+
+
+def _check_format_arguments(fmt: str, in_tree) -> None:
+  """Every field of `fmt` names an argument the equation passes, as
+  jax.debug.print checks when it traces (the file may have changed either)."""
+  if in_tree is None:
+    return
+  try:
+    args, kwargs = in_tree.unflatten([_Blank()] * in_tree.num_leaves)
+    fmt.format(*args, **kwargs)
+  except (IndexError, KeyError, TypeError, ValueError) as e:
+    raise FormatError(f"debug_print's format string {fmt[:60]!r} does not "
+                      f"fit its arguments: {type(e).__name__}: {e}") from None
+
+
 # numpy print options a file may set, with the values allowed.
 _PRINT_OPTIONS: dict[str, Callable[[Any], bool]] = {
     "edgeitems": lambda v: type(v) is int and 0 <= v <= 1000,
@@ -220,6 +240,7 @@ def _screen_debug_print(name: str, params: dict, screen: Screen) -> dict:
   if type(fmt) is not str:
     raise FormatError(f"debug_print's fmt is not a string: {fmt!r}")
   check_format_string(fmt)
+  _check_format_arguments(fmt, params.get("in_tree"))
   options = params.get("np_printoptions", ())
   if type(options) is not tuple:
     raise FormatError("debug_print's np_printoptions is not a tuple")

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import math
+import string
+
 import numpy as np
 
 from jaxpr_io import compat
@@ -38,6 +41,24 @@ def _call(param: str, n_in_extra: int = 0):
               f"takes {_n_in(body)} and returns {_n_out(body)}")
     return None
   return check
+
+
+def _jit(n_in, n_out, params):
+  """jit: its body's arity, and one entry per input or output in each
+  per-argument param (JAX zips them with the arguments)."""
+  problem = _call("jaxpr")(n_in, n_out, params)
+  if problem:
+    return problem
+  for key, n, what in (("in_shardings", n_in, "input"),
+                       ("in_layouts", n_in, "input"),
+                       ("donated_invars", n_in, "input"),
+                       ("out_shardings", n_out, "output"),
+                       ("out_layouts", n_out, "output")):
+    value = params.get(key)
+    if value is not None and (type(value) is not tuple or len(value) != n):
+      return (f"param {key!r} must have one entry per {what} ({n}), got "
+              f"{value!r:.80}")
+  return None
 
 
 def _cond(n_in, n_out, params):
@@ -104,6 +125,17 @@ def _debug_print(n_in, n_out, params):
   if in_tree.num_leaves - len(static_args) != n_in or n_out:
     return (f"has {n_in} inputs and {n_out} outputs but its format takes "
             f"{in_tree.num_leaves - len(static_args)} and returns none")
+  fmt = params.get("fmt")
+  if type(fmt) is not str:
+    return "param 'fmt' is not a string"
+  # As jax.debug.print computes it: whether the first piece has a field.
+  try:
+    first = next(iter(string.Formatter().parse(fmt)), (None, None))
+  except ValueError as e:
+    return f"format string does not parse: {e}"
+  if params.get("has_placeholders") is not (bool(fmt) and
+                                            first[1] is not None):
+    return "param 'has_placeholders' does not match the format string"
   return None
 
 
@@ -112,8 +144,8 @@ ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
     "io_callback": _flat_callback,
     "debug_callback": _debug_callback,
     "debug_print": _debug_print,
-    "jit": _call("jaxpr"),
-    "pjit": _call("jaxpr"),
+    "jit": _jit,
+    "pjit": _jit,
     "closed_call": _call("call_jaxpr"),
     "core_call": _call("call_jaxpr"),
     "remat2": _call("jaxpr"),
@@ -137,8 +169,10 @@ _DOT_ALGORITHM_PRESET = compat.ENUMS["jax.lax.DotAlgorithmPreset"]
 def _precision(value) -> bool:
   if value is None or type(value) in (_PRECISION, _DOT_ALGORITHM_PRESET):
     return True
+  # Both members: lowering prints each into an MLIR attribute, and "None"
+  # aborts MLIR's parser.
   return (type(value) is tuple and len(value) == 2
-          and all(v is None or type(v) is _PRECISION for v in value))
+          and all(type(v) is _PRECISION for v in value))
 
 
 def _optional_dtype(value) -> bool:
@@ -172,3 +206,84 @@ def check_equation(name: str, primitive: Any, n_in: int, n_out: int,
     problem = rule(n_in, n_out, params)
     if problem:
       raise FormatError(f"{name} {problem}")
+
+
+# ------------------------------------------------ shape rules JAX skips
+def _reshape_sizes(eqn) -> str | None:
+  # JAX's reshape shape rule does not compare element counts (a TODO in
+  # lax.py); with concrete shapes the MLIR verifier catches a mismatch, with
+  # symbolic ones nothing does until a call specializes them.
+  (operand,) = eqn.invars[:1] or (None,)
+  if operand is None or not hasattr(operand.aval, "shape"):
+    return None
+  before = math.prod(operand.aval.shape)
+  after = math.prod(eqn.params.get("new_sizes", ()))
+  if not compat.definitely_equal(before, after):
+    return (f"reshape of {before} elements into new_sizes with {after} "
+            "elements")
+  return None
+
+
+_SHAPE_RULES: dict[str, Callable[[Any], str | None]] = {
+    "reshape": _reshape_sizes,
+}
+
+
+def _sub_jaxprs(value):
+  if compat.is_jaxpr(value):
+    yield compat.open_jaxpr(value) if compat.is_closed_jaxpr(value) else value
+  elif type(value) is tuple:
+    for item in value:
+      yield from _sub_jaxprs(item)
+
+
+def check_shapes(jaxpr, seen: set[int] | None = None) -> None:
+  """Raises FormatError where a shape rule that JAX's type checker skips
+  fails, in `jaxpr` and its sub-jaxprs (each shared one once)."""
+  seen = set() if seen is None else seen
+  if id(jaxpr) in seen:
+    return
+  seen.add(id(jaxpr))
+  for i, eqn in enumerate(jaxpr.eqns):
+    rule = _SHAPE_RULES.get(eqn.primitive.name)
+    problem = rule(eqn) if rule is not None else None
+    if problem:
+      raise FormatError(f"equation {i} ({eqn.primitive.name}): {problem}")
+    for value in eqn.params.values():
+      for sub in _sub_jaxprs(value):
+        check_shapes(sub, seen)
+
+
+# ------------------------------------------------ dtypes a backend lacks
+# XLA's CPU backend has no float6 types: an array of one is a clean error,
+# but a float6 literal passed between computations fails a CHECK inside
+# the compiler and aborts the process (found by tests/fuzz).
+_BACKEND_LACKS = {"cpu": frozenset({"float6_e2m3fn", "float6_e3m2fn"})}
+
+
+def check_backend_dtypes(jaxpr, platform: str) -> None:
+  """Raises FormatError if `jaxpr` (sub-jaxprs included) has a value of a
+  dtype that the `platform` backend cannot compile."""
+  lacks = _BACKEND_LACKS.get(platform)
+  if not lacks:
+    return
+  for aval in _all_avals(jaxpr, set()):
+    dtype = getattr(aval, "dtype", None)
+    if dtype is not None and dtype.name in lacks:
+      raise FormatError(f"the program uses {dtype.name}, which the "
+                        f"{platform} backend cannot compile; run it on a "
+                        "backend that has the type")
+
+
+def _all_avals(jaxpr, seen: set[int]):
+  if id(jaxpr) in seen:
+    return
+  seen.add(id(jaxpr))
+  for v in (*jaxpr.constvars, *jaxpr.invars):
+    yield v.aval
+  for eqn in jaxpr.eqns:
+    for v in (*eqn.invars, *eqn.outvars):
+      yield v.aval
+    for value in eqn.params.values():
+      for sub in _sub_jaxprs(value):
+        yield from _all_avals(sub, seen)

@@ -372,7 +372,12 @@ def _codec(primitive, param):
     ("io_callback", "callback", ("x",), "not a \\(name, in_tree\\) pair"),
     ("pure_callback", "callback", (3, ("leaf",)), "not a string"),
     ("debug_callback", "callback", ("tests.test_callbacks.host_show",
-                                    ("leaf",), ((5, "s"),)), "out of range"),
+                                    ("leaf",), ((5, "s"),)),
+     "not that of \\(args tuple"),
+    ("debug_callback", "callback", (
+        "tests.test_callbacks.host_show",
+        ("tuple", (("tuple", (("leaf",),)), ("dict", (), ()))), ((5, "s"),)),
+     "out of range"),
     ("debug_callback", "callback", ("tests.test_callbacks.host_show",
                                     ("tuple", (("leaf",), ("leaf",))),
                                     ((1, "a"), (0, "b"))), "increasing"),

@@ -183,3 +183,17 @@ def test_unknown_primitive_and_wrong_input_shape(workdir, predict_file):
   proc = _run(LOAD, str(predict_file), "--run", str(workdir / "wrong.npz"),
               "--debug", ok=False)
   assert "Traceback" in proc.stderr
+
+
+def test_trusted_keeps_what_an_untrusted_load_drops(tmp_path):
+  import jax  # pylint: disable=import-outside-toplevel
+  donating = lambda x: jax.jit(lambda a: a * 2, donate_argnums=0)(x)
+  path = tmp_path / "donating.jaxpr"
+  jaxpr_io.save(path, jaxpr_io.trace(donating, np.ones(3, np.float32)))
+  untrusted = _run(LOAD, str(path), "--text")
+  assert "donated_invars" not in untrusted.stdout  # the default: not printed
+  assert "DroppedParamWarning" in untrusted.stderr
+  assert "donated_invars" in untrusted.stderr
+  trusted = _run(LOAD, str(path), "--text", "--trusted")
+  assert "donated_invars=(True,)" in trusted.stdout
+  assert "DroppedParamWarning" not in trusted.stderr

@@ -65,6 +65,7 @@ MemorySpace = core.MemorySpace
 ManualAxisType = core.ManualAxisType
 empty_manual_axis_type = core.empty_mat
 check_jaxpr = core.check_jaxpr
+definitely_equal = core.definitely_equal
 jaxpr_as_fun = core.jaxpr_as_fun
 no_effects = core.no_effects
 
