@@ -29,6 +29,7 @@ Two measurements are made:
 Run from the repository root::
 
     python benchmarks/bench_format.py [--layers 48] [--repeats 5] [--const-gib 1.0] [--dir DIR]
+        [--only transformer|constants|loads]
 
 Target ratios that are not met are reported but do not change the exit status.
 """
@@ -226,7 +227,8 @@ def construct(plan):
     uses (jaxpr_io.compat): the cost of the objects, without any parsing."""
     plans, consts_of, root = plan
     Var, DropVar, Literal = compat.Var, compat.DropVar, compat.Literal
-    new_eqn, new_jaxpr, make_closed = compat.new_eqn, compat.new_jaxpr, compat.make_closed
+    # The reader's hot loop calls JaxprEqn itself, without compat.new_eqn.
+    new_eqn, new_jaxpr, make_closed = compat.JaxprEqn, compat.new_jaxpr, compat.make_closed
     built = {"open": [], "closed": {}}
 
     def resolve(slot):
@@ -280,6 +282,114 @@ def bench_loads_vs_construct(data, repeats):
         if was_enabled:
             gc.enable()
     return loads_times, construct_times
+
+
+def young_collections(data, plan, runs=9):
+    """Median time of the collection of the young generation right after
+    ``loads`` and after ``construct`` (what the benchmark leaves untimed in
+    both), and the number of objects each leaves for the collector."""
+    result = {}
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for name, fn in (("loads", lambda: jaxpr_io.loads(data)),
+                         ("construct", lambda: construct(plan))):
+            times = []
+            for _ in range(runs):
+                gc.collect()
+                before = gc.get_count()[0]
+                kept = fn()
+                tracked = gc.get_count()[0] - before
+                start = time.perf_counter()
+                gc.collect(0)
+                times.append(time.perf_counter() - start)
+                del kept
+            result[name] = (statistics.median(times), tracked)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return result
+
+
+# Stages of `loads`, each the calls it makes to these functions (the other
+# tables, param sets, name stacks, equation contexts and literals, are
+# decoded when an equation first uses them: they count in "jaxprs").
+LOADS_STAGES = (
+    ("parse (protobuf)", (("parse_program", jaxpr_io.reader, "parse_program"),)),
+    ("tables (budget, avals)", (("charge_tables", jaxpr_io.reader.Reader, "charge_tables"),
+                                ("decode_avals", jaxpr_io.reader.Reader, "decode_avals"))),
+    ("jaxprs (equations)", (("build_jaxprs", jaxpr_io.reader.Reader, "build_jaxprs"),)),
+    ("trees (signature)", (("decode_treedef", jaxpr_io.pytrees, "decode_treedef"),)),
+)
+
+
+def loads_breakdown(data, runs=15):
+    """Median time of each of `LOADS_STAGES` in ``loads`` of ``data``, and
+    of the whole (the rest: the container, closing the root jaxpr, the
+    signature checks, metadata and the `Program`), from separate runs with
+    the stages' functions wrapped in timers (gc paused as above)."""
+    spent = {}
+    originals = []
+    for label, functions in LOADS_STAGES:
+        for _, owner, attr in functions:
+            original = getattr(owner, attr)
+            originals.append((owner, attr, original))
+
+            def timed(*args, __original=original, __label=label, **kwargs):
+                start = time.process_time()
+                try:
+                    return __original(*args, **kwargs)
+                finally:
+                    spent[__label] = spent.get(__label, 0.0) + time.process_time() - start
+
+            setattr(owner, attr, timed)
+    per_run = {label: [] for label, _ in LOADS_STAGES}
+    totals = []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(runs):
+            gc.collect()
+            spent.clear()
+            start = time.process_time()
+            jaxpr_io.loads(data)
+            totals.append(time.process_time() - start)
+            for label in per_run:
+                per_run[label].append(spent.get(label, 0.0))
+    finally:
+        for owner, attr, original in originals:
+            setattr(owner, attr, original)
+        if was_enabled:
+            gc.enable()
+    return {label: statistics.median(t) for label, t in per_run.items()}, statistics.median(totals)
+
+
+def print_loads_vs_construct(data, repeats):
+    loads_times, construct_times = bench_loads_vs_construct(data, repeats)
+    print_comparison("jaxpr_io.loads", loads_times, "construct (no parsing)",
+                     construct_times, LOADS_VS_CONSTRUCT_TARGET)
+    stages, total = loads_breakdown(data)
+    print(f"where loads spends its time (CPU time, median of 15 instrumented runs: "
+          f"{fmt_ms(total).strip()}):")
+    stages["rest (container, checks)"] = total - sum(stages.values())
+    for label, seconds in stages.items():
+        print(f"  {label:<26}{fmt_ms(seconds)}  {seconds / total:6.1%}")
+    young = young_collections(data, construction_plan(data))
+    print("collection of the young generation afterwards (untimed in both): "
+          + ", ".join(f"{name} {fmt_ms(t).strip()} ({n:,} objects)"
+                      for name, (t, n) in young.items()))
+
+
+def bench_loads_only(n_layers, repeats):
+    """Only loads vs construct (and its breakdown), for the same program."""
+    model = Transformer(n_layers)
+    tokens = jnp.zeros((BATCH, SEQ_LEN), jnp.int32)
+    params = model.init(jax.random.key(0), tokens)
+    prog = jaxpr_io.trace(lambda p, t: model.apply(p, t), params, tokens)
+    data = jaxpr_io.dumps(prog)
+    print(f"== Transformer: {n_layers} layers, loads vs construct: "
+          f"{count_eqns(prog.closed_jaxpr.jaxpr)} equations, {len(data):,} bytes ==")
+    print_loads_vs_construct(data, repeats)
 
 
 # --------------------------------------------------- save vs write + fsync
@@ -378,9 +488,7 @@ def bench_transformer(n_layers, repeats):
     print(f"{'jax.export serialize':<28}{export_size:13,d}")
     print(f"jaxpr_io <= jax.export: {'yes' if len(data) <= export_size else 'NO'}"
           f" ({len(data) / export_size:.2f}x)")
-    loads_times, construct_times = bench_loads_vs_construct(data, repeats)
-    print_comparison("jaxpr_io.loads", loads_times, "construct (no parsing)",
-                     construct_times, LOADS_VS_CONSTRUCT_TARGET)
+    print_loads_vs_construct(data, repeats)
 
 
 def make_constants(const_gib):
@@ -435,6 +543,13 @@ def bench_lazy_constants(const_gib, repeats, directory=None):
     print(f"file size: {fmt_mib(file_size).strip()}")
     print_comparison("jaxpr_io.save", save_times, "os.write + fsync", write_times,
                      SAVE_VS_WRITE_TARGET, nbytes=save_size)
+    # Each save ran next to one plain write: the ratio within each pair is
+    # the least affected by load that changes over the run.
+    paired = sorted(s / w for s, w in zip(save_times, write_times))
+    print(f"per pair of runs: median {statistics.median(paired):.2f}x, "
+          f"range {paired[0]:.2f}x to {paired[-1]:.2f}x; runs (ms): save "
+          f"{[round(t * 1e3) for t in save_times]}, write "
+          f"{[round(t * 1e3) for t in write_times]}")
     print(f"{'measurement':<28}{'time':>13}{'RSS increase':>16}")
     print(f"{'open + mmap (baseline)':<28}{fmt_ms(mmap_s)}")
     print(f"{'jaxpr_io.load (median)':<28}{fmt_ms(load_s)}{fmt_mib(rss_after_load - rss_before):>16}")
@@ -453,12 +568,21 @@ def main():
                         help="GiB of float32 constants for the save and lazy-load benchmarks")
     parser.add_argument("--dir", default=None,
                         help="directory to save in (default: the system's temporary directory)")
+    parser.add_argument("--only", choices=("transformer", "constants", "loads"), default=None,
+                        help="run one of the two benchmarks (default: both); `constants` "
+                             "is the save and lazy-load one, `loads` only the transformer's "
+                             "loads vs construct")
     args = parser.parse_args()
 
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, repeats {args.repeats}\n")
-    bench_transformer(args.layers, args.repeats)
-    print()
-    bench_lazy_constants(args.const_gib, args.repeats, args.dir)
+    if args.only in (None, "transformer"):
+        bench_transformer(args.layers, args.repeats)
+    if args.only == "loads":
+        bench_loads_only(args.layers, args.repeats)
+    if args.only is None:
+        print()
+    if args.only in (None, "constants"):
+        bench_lazy_constants(args.const_gib, args.repeats, args.dir)
 
 
 if __name__ == "__main__":

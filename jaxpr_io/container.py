@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import queue
 import re
 import socket
 import stat
@@ -139,15 +140,42 @@ class DataLayout:
   def __init__(self):
     self.chunks: list = []      # buffers, in order
     self.offsets: list[int] = []
+    # The CRC-32 of each chunk where it is already known, else None.
+    self.known_crcs: list[int | None] = []
     self.size = 0
 
-  def add(self, buffer) -> int:
-    """Appends a bytes-like buffer; returns its offset in the section."""
+  def add(self, buffer, crc: int | None = None) -> int:
+    """Appends a bytes-like buffer (and its CRC-32, if known); returns its
+    offset in the section."""
     offset = align(self.size)
     self.chunks.append(buffer)
     self.offsets.append(offset)
+    self.known_crcs.append(crc)
     self.size = offset + memoryview(buffer).nbytes
     return offset
+
+  def crcs(self) -> list[int]:
+    """The CRC-32 of each chunk, in order (large ones on several cores)."""
+    return [crc32(chunk) if known is None else known
+            for chunk, known in zip(self.chunks, self.known_crcs)]
+
+
+class PendingProgram:
+  """A program message that is complete but for the CRC-32s of the data
+  section's blobs, one per chunk of its `DataLayout`, in order.
+
+  The message stores them as `fixed32` fields, which take the same space
+  whatever their value, except 0, which proto3 leaves out: `length()` is
+  the message's size when no checksum is 0. This lets `write_file` place
+  the data section, and write it, before the checksums are known."""
+
+  def length(self) -> int:
+    """The message's size in bytes if no checksum is 0."""
+    raise NotImplementedError
+
+  def finish(self, crcs: list[int]) -> bytes:
+    """The message's bytes, with these checksums."""
+    raise NotImplementedError
 
 
 def _header(format_version: int, program_length: int, data_offset: int,
@@ -158,13 +186,16 @@ def _header(format_version: int, program_length: int, data_offset: int,
   return head + _HEADER_CRC.pack(crc32(head))
 
 
-def _parts(program: bytes, layout: DataLayout, format_version: int):
-  """The file as a sequence of byte chunks."""
+def _head_parts(program: bytes, layout: DataLayout, format_version: int):
+  """Header, program message and padding: the bytes before the data."""
   data_offset = align(HEADER_SIZE + len(program))
-  yield _header(format_version, len(program), data_offset, layout.size,
-                crc32(program))
-  yield program
-  yield bytes(data_offset - HEADER_SIZE - len(program))
+  return [_header(format_version, len(program), data_offset, layout.size,
+                  crc32(program)),
+          program, bytes(data_offset - HEADER_SIZE - len(program))]
+
+
+def _data_parts(layout: DataLayout):
+  """The data section as a sequence of byte chunks."""
   position = 0
   for offset, chunk in zip(layout.offsets, layout.chunks):
     if offset > position:
@@ -173,8 +204,18 @@ def _parts(program: bytes, layout: DataLayout, format_version: int):
     position = offset + memoryview(chunk).nbytes
 
 
-def to_bytes(program: bytes, layout: DataLayout,
+def _parts(program: bytes, layout: DataLayout, format_version: int):
+  """The file as a sequence of byte chunks."""
+  yield from _head_parts(program, layout, format_version)
+  yield from _data_parts(layout)
+
+
+def to_bytes(program: bytes | PendingProgram, layout: DataLayout,
              format_version: int = version.FORMAT_VERSION) -> bytes:
+  """The file's bytes. A `PendingProgram` is finished with the checksums of
+  the layout's chunks."""
+  if isinstance(program, PendingProgram):
+    program = program.finish(layout.crcs())
   return b"".join(_parts(program, layout, format_version))
 
 
@@ -187,7 +228,8 @@ def _mode_for(path: str) -> int:
     return _FILE_MODE
 
 
-def write_file(path: str | os.PathLike, program: bytes, layout: DataLayout,
+def write_file(path: str | os.PathLike, program: bytes | PendingProgram,
+               layout: DataLayout,
                format_version: int = version.FORMAT_VERSION) -> None:
   """Writes atomically: a temporary file in the same directory, fsynced, then
   renamed over `path`, then the directory fsynced. A crash leaves the old
@@ -206,9 +248,12 @@ def write_file(path: str | os.PathLike, program: bytes, layout: DataLayout,
   with ProcessLookupError); those of live processes are never touched.
 
   Array data is written from the arrays' own buffers (no copies), in large
-  `os.writev` calls; on Linux, write-back to the disk is started as each
+  `os.pwritev` calls; on Linux, write-back to the disk is started as each
   chunk is written (`sync_file_range`), so the final fsync has little left
-  to wait for."""
+  to wait for. Given a `PendingProgram` and a large data section, the data
+  section is written first, at its final offset, while other threads compute
+  the blobs' checksums; the header and the finished message are written
+  last, at the start of the file. The bytes are those of `to_bytes`."""
   path = os.fspath(path)
   directory, base = os.path.split(os.path.abspath(path))
   mode = _mode_for(path)
@@ -270,6 +315,14 @@ _MAX_TEMP_BASE = 160  # of the target's name, so temporary names fit NAME_MAX
 # Data is written and handed to write-back in pieces of this size.
 _WRITE_CHUNK = 64 << 20
 _IOV_MAX = 512
+# From this size of data section on, a `PendingProgram`'s checksums are
+# computed while the data is written (below it, first).
+_OVERLAP_BYTES = 8 << 20
+# While the data is written, its checksums are computed by this many threads
+# (the writing thread is busy copying into the page cache), each taking
+# slices of this size in turn; the writing thread joins them when it is done.
+_OVERLAP_CRC_THREADS = max(1, _CRC_THREADS - 1)
+_CRC_SLICE = 16 << 20
 
 
 def _host_token() -> str:
@@ -342,35 +395,86 @@ def _rename_into_place(tmp: str, path: str, directory: str) -> None:
     os.close(dir_fd)
 
 
-def _write_contents(fd: int, program: bytes, layout: DataLayout,
-                    format_version: int, mode: int) -> None:
+def _write_contents(fd: int, program: bytes | PendingProgram,
+                    layout: DataLayout, format_version: int,
+                    mode: int) -> None:
   """The file's bytes, then its mode, then fsync."""
+  writeback = _Writeback(fd)
+  try:
+    if isinstance(program, PendingProgram):
+      if layout.size >= _OVERLAP_BYTES:
+        _write_overlapped(fd, program, layout, format_version, writeback)
+      else:
+        program = program.finish(layout.crcs())
+    if not isinstance(program, PendingProgram):
+      _write_views(fd, _parts(program, layout, format_version), 0,
+                   writeback)
+  finally:
+    writeback.close()
+  os.fchmod(fd, mode)
+  os.fsync(fd)
+
+
+def _write_overlapped(fd: int, program: PendingProgram, layout: DataLayout,
+                      format_version: int, writeback: _Writeback) -> None:
+  """The data section first, at its final offset, while threads checksum it;
+  then the header and the finished message, at offset 0."""
+  length = program.length()
+  data_offset = align(HEADER_SIZE + length)
+  crcs = _BackgroundCrcs(layout, _OVERLAP_CRC_THREADS)
+  try:
+    _write_views(fd, _data_parts(layout), data_offset, writeback)
+  except BaseException:
+    crcs.cancel()
+    raise
+  message = program.finish(crcs.result())
+  if align(HEADER_SIZE + len(message)) != data_offset:
+    # A checksum was 0, which the message leaves out, and the data section
+    # moves to a lower offset: write the file again, as to_bytes has it.
+    os.ftruncate(fd, 0)
+    _write_views(fd, _parts(message, layout, format_version), 0,
+                 writeback)
+    return
+  # (A shorter message with the same data offset has more zero padding.)
+  _write_views(fd, _head_parts(message, layout, format_version), 0,
+               writeback)
+
+
+def _write_views(fd: int, parts, offset: int, writeback: _Writeback) -> int:
+  """Writes the buffers `parts`, one after another from `offset`, in calls
+  of at most _WRITE_CHUNK bytes; returns the offset after them."""
   batch: list[memoryview] = []
   batch_bytes = 0
-  written = 0
-  for part in _parts(program, layout, format_version):
+  for part in parts:
     view = memoryview(part)
     if view.ndim != 1 or view.format != "B":
       view = view.cast("B")
     for start in range(0, view.nbytes, _WRITE_CHUNK):
       piece = view[start:start + _WRITE_CHUNK]
       if batch_bytes + piece.nbytes > _WRITE_CHUNK or len(batch) >= _IOV_MAX:
-        written = _write_batch(fd, batch, written)
+        offset = _write_batch(fd, batch, offset, writeback)
         batch, batch_bytes = [], 0
       batch.append(piece)
       batch_bytes += piece.nbytes
-  _write_batch(fd, batch, written)
-  os.fchmod(fd, mode)
-  os.fsync(fd)
+  return _write_batch(fd, batch, offset, writeback)
 
 
-def _write_batch(fd: int, views: list, offset: int) -> int:
-  """Writes `views` (at `offset`, the fd's position); starts their
-  write-back if they are large; returns the new offset."""
+def _write_at(fd: int, views: list, offset: int) -> int:
+  """One positioned write of (a prefix of) `views`; the bytes written."""
+  if hasattr(os, "pwritev"):
+    return os.pwritev(fd, views, offset)
+  os.lseek(fd, offset, os.SEEK_SET)
+  return (os.writev(fd, views) if hasattr(os, "writev")
+          else os.write(fd, views[0]))
+
+
+def _write_batch(fd: int, views: list, offset: int,
+                 writeback: _Writeback) -> int:
+  """Writes `views` at `offset`; starts their write-back if they are large;
+  returns the offset after them."""
   start = offset
   while views:
-    n = (os.writev(fd, views) if hasattr(os, "writev")
-         else os.write(fd, views[0]))
+    n = _write_at(fd, views, offset)
     if n <= 0:
       raise OSError(errno.EIO, "write wrote nothing")
     offset += n
@@ -380,7 +484,7 @@ def _write_batch(fd: int, views: list, offset: int) -> int:
     if views and n:
       views = [views[0][n:], *views[1:]]
   if offset - start >= _WRITE_CHUNK // 2:
-    _start_writeback(fd, start, offset - start)
+    writeback.start(start, offset - start)
   return offset
 
 
@@ -407,6 +511,108 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
         pass
   if _sync_file_range:
     _sync_file_range(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
+
+
+# Whether write-back is started from a thread of its own (`_Writeback`).
+_WRITEBACK_THREAD = True
+
+
+class _Writeback:
+  """Starts the disk write-back of each large range written to `fd` (see
+  `_start_writeback`) from a thread of its own: queueing the range's I/O
+  takes the kernel a while, during which the writing thread goes on copying
+  the next range into the page cache. `close()` before the fd is closed."""
+
+  def __init__(self, fd: int):
+    self._fd = fd
+    self._ranges: queue.SimpleQueue = queue.SimpleQueue()
+    self._thread: threading.Thread | None = None
+
+  def start(self, offset: int, length: int) -> None:
+    if not _WRITEBACK_THREAD or not sys.platform.startswith("linux"):
+      _start_writeback(self._fd, offset, length)
+      return
+    if self._thread is None:
+      self._thread = threading.Thread(target=self._run, daemon=True)
+      self._thread.start()
+    self._ranges.put((offset, length))
+
+  def _run(self) -> None:
+    while True:
+      item = self._ranges.get()
+      if item is None:
+        return
+      try:
+        _start_writeback(self._fd, *item)
+      except Exception:  # pylint: disable=broad-except
+        pass  # a hint
+
+  def close(self) -> None:
+    if self._thread is not None:
+      self._ranges.put(None)
+      self._thread.join()
+      self._thread = None
+
+
+class _BackgroundCrcs:
+  """The CRC-32 of each chunk of a layout, computed by `threads` threads
+  started at once (zlib.crc32 releases the GIL), each taking the next
+  _CRC_SLICE-byte slice of the chunks in turn; `result()` has the calling
+  thread take slices too, until none is left, and combines each chunk's."""
+
+  def __init__(self, layout: DataLayout, threads: int):
+    self._layout = layout
+    self._views: list = []
+    self._jobs: list[tuple[int, int, int]] = []  # (chunk, start, stop)
+    for i, (chunk, known) in enumerate(zip(layout.chunks,
+                                           layout.known_crcs)):
+      view = memoryview(chunk)
+      if view.ndim != 1 or view.format != "B":
+        view = view.cast("B")
+      self._views.append(view)
+      if known is None:
+        n = view.nbytes
+        self._jobs.extend((i, start, min(start + _CRC_SLICE, n))
+                          for start in range(0, max(n, 1), _CRC_SLICE))
+    self._results: list = [None] * len(self._jobs)
+    self._taken = 0  # jobs handed out
+    self._lock = threading.Lock()
+    self._cancelled = False
+    self._threads = [threading.Thread(target=self._work, daemon=True)
+                     for _ in range(min(threads, len(self._jobs)))]
+    for thread in self._threads:
+      thread.start()
+
+  def _work(self) -> None:
+    while not self._cancelled:
+      with self._lock:
+        k = self._taken
+        if k == len(self._jobs):
+          return
+        self._taken = k + 1
+      chunk, start, stop = self._jobs[k]
+      try:
+        self._results[k] = zlib.crc32(self._views[chunk][start:stop])
+      except BaseException as e:  # pylint: disable=broad-except
+        self._results[k] = e  # raised by result(), in the calling thread
+
+  def cancel(self) -> None:
+    self._cancelled = True
+    for thread in self._threads:
+      thread.join()
+
+  def result(self) -> list[int]:
+    try:
+      self._work()
+    finally:
+      self.cancel()  # waits for the slices other threads are on
+    crcs = list(self._layout.known_crcs)
+    for (chunk, start, stop), part in zip(self._jobs, self._results):
+      if not isinstance(part, int):
+        raise part
+      crcs[chunk] = (part if start == 0
+                     else _crc32_combine(crcs[chunk], part, stop - start))
+    return [value & 0xFFFFFFFF for value in crcs]
 
 
 class Container:

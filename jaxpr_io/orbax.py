@@ -47,7 +47,9 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
     if args is None:
       raise ValueError("ProgramCheckpointHandler.save needs "
                        "args=jaxpr_io.orbax.ProgramSave(program)")
-    # Serialize now, in the caller's thread: the bytes are fixed at save().
+    # Serialize now, in the caller's thread: the program message is fixed
+    # at save(). The constants are written (and checksummed) from their own
+    # buffers in the background, as `jaxpr_io.save` writes them.
     parts = program_lib.serialize(args.program)
     path = directory / self._filename
 

@@ -11,6 +11,7 @@ from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io import pytrees
 from jaxpr_io import specialize
+from jaxpr_io import validate
 from jaxpr_io.compat import symbolic
 from jaxpr_io import reader
 from jaxpr_io import writer
@@ -97,6 +98,10 @@ class Program:
     shape-polymorphic program, its specialization to the argument shapes."""
     closed = self.closed_jaxpr
     if self._fun is None:
+      try:
+        validate.check_backend_dtypes(closed.jaxpr, jax.default_backend())
+      except FormatError as e:
+        raise TypeError(str(e)) from None
       self._symbolic = specialize.has_symbolic_dims(closed.in_avals)
       self._fun = compat.jaxpr_as_fun(closed)
       self._specialized = {}
@@ -163,12 +168,16 @@ def as_program(program) -> Program:
 
 
 def serialize(program):
-  """(program message bytes, data layout) of a Program or ClosedJaxpr."""
+  """(program message, data layout) of a Program or ClosedJaxpr.
+
+  The message (a `container.PendingProgram`) lacks the checksums of the
+  data's blobs: `container.to_bytes` computes them, and
+  `container.write_file` computes them while it writes the data."""
   program = as_program(program)
   # `closed_jaxpr` verifies a loaded program's constants: a copy must not
   # give corrupt data fresh checksums.
-  return writer.write(program.closed_jaxpr, program.in_tree,
-                      program.out_tree, program.metadata)
+  return writer.write_pending(program.closed_jaxpr, program.in_tree,
+                              program.out_tree, program.metadata)
 
 
 def dumps(program) -> bytes:
@@ -178,7 +187,9 @@ def dumps(program) -> bytes:
 
 
 def save(path: str | os.PathLike, program) -> None:
-  """Writes `program` to `path` atomically (temporary file + rename)."""
+  """Writes `program` to `path` atomically (temporary file + rename): the
+  bytes of `dumps`, with the constants written from their own buffers, and
+  checksummed while they are written."""
   container.write_file(path, *serialize(program))
 
 
@@ -242,6 +253,9 @@ def _check(program: Program, source: str) -> None:
   args = [_abstract_arg(a) for a in closed.in_avals]
   steps = (
       ("does not type-check", lambda: compat.check_jaxpr(closed.jaxpr)),
+      ("does not type-check", lambda: validate.check_shapes(closed.jaxpr)),
+      ("cannot run here", lambda: validate.check_backend_dtypes(
+          closed.jaxpr, jax.default_backend())),
       ("cannot be printed", lambda: str(closed)),
       ("cannot be serialized again", lambda: serialize(program)),
       ("cannot be lowered and compiled",

@@ -11,6 +11,7 @@ rebuilds the same sharing (which JAX's printer shows as `let` bindings).
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,25 @@ def _array_bytes(value, aval) -> np.ndarray:
   return np.ascontiguousarray(data)
 
 
+# The checksum a blob's entry holds until the message is finished: any value
+# but 0 (which proto3 leaves out) gives the message its final length.
+_PLACEHOLDER_CRC = 0xFFFFFFFF
+# Blobs are told apart, before any is read whole, by their size and a hash of
+# their first, middle and last windows of this many bytes.
+_SAMPLE_BYTES = 4096
+
+
+def _sample_key(view: memoryview) -> int:
+  """A hash of a few 4 KiB windows of a blob (of all of it, if small)."""
+  n = view.nbytes
+  if n <= 3 * _SAMPLE_BYTES:
+    return zlib.crc32(view)
+  middle = (n - _SAMPLE_BYTES) // 2
+  value = zlib.crc32(view[:_SAMPLE_BYTES])
+  value = zlib.crc32(view[middle:middle + _SAMPLE_BYTES], value)
+  return zlib.crc32(view[n - _SAMPLE_BYTES:], value)
+
+
 def _same_bytes(a: memoryview, b: memoryview) -> bool:
   """Whether two byte buffers of one length are equal: numpy compares 16 MiB
   at a time (memoryview's == compares item by item, several times slower)."""
@@ -117,7 +137,7 @@ class Writer:
     self._strings: dict[str, int] = {}
     self._avals: dict[Any, int] = {}
     self._arrays: dict[Any, int] = {}
-    self._blobs: dict[tuple[int, int], list[int]] = {}
+    self._blobs: dict[tuple[int, int], list[int]] = {}  # (size, sample)
     self._blob_data: list[np.ndarray] = []
     self._blob_at: dict[tuple[int, int], int] = {}  # (address, size)
     self._jaxprs: dict[int, int] = {}   # id(jaxpr) -> index
@@ -299,19 +319,35 @@ class Writer:
     index = self._blob_at.get(at)
     if index is not None:
       return index
-    # Large buffers are checksummed by several threads (container.crc32).
-    checksum = container.crc32(view)
-    candidates = self._blobs.setdefault((data.nbytes, checksum), [])
-    for index in candidates:
-      if _same_bytes(self._blob_data[index], view):
-        return index  # (`data` may be a temporary: its address is not kept)
+    # Equal bytes are one blob. Blobs are grouped by size and a hash of a few
+    # sampled windows, which reads almost nothing; only a blob whose group is
+    # not empty is checksummed (as are, once each, the group's blobs: many
+    # blobs that differ only outside the windows are not compared pairwise),
+    # and compared with those whose checksum is its own. Other blobs are
+    # checksummed when the file is written (`container.PendingProgram`).
+    candidates = self._blobs.setdefault((data.nbytes, _sample_key(view)), [])
+    checksum = None
+    if candidates:
+      # Large buffers are checksummed by several threads (container.crc32).
+      checksum = container.crc32(view)
+      for index in candidates:
+        if (self._blob_crc(index) == checksum
+            and _same_bytes(self._blob_data[index], view)):
+          return index  # (`data` may be a temporary: its address is not kept)
     index = len(self.msg.blobs)
-    offset = self.layout.add(view)
-    self.msg.blobs.add(offset=offset, length=data.nbytes, crc32=checksum)
+    offset = self.layout.add(view, checksum)  # blob i is the layout's chunk i
+    self.msg.blobs.add(offset=offset, length=data.nbytes,
+                       crc32=_PLACEHOLDER_CRC)
     self._blob_data.append(view)
     self._blob_at[at] = index
     candidates.append(index)
     return index
+
+  def _blob_crc(self, index: int) -> int:
+    known = self.layout.known_crcs
+    if known[index] is None:
+      known[index] = container.crc32(self._blob_data[index])
+    return known[index]
 
   def eqn_context(self, ctx) -> int:
     index = self._contexts.get(id(ctx))
@@ -563,11 +599,46 @@ def _value_key(v):
 _INPUT_EFFECT_NAMES = {cls: n for n, cls in compat.INPUT_EFFECTS.items()}
 
 
-def write(closed, in_tree, out_tree, metadata: dict[str, str]):
-  """(program message bytes, data layout) of a closed jaxpr."""
+class PendingMessage(container.PendingProgram):
+  """A `Program` message whose blob checksums are placeholders."""
+
+  def __init__(self, msg):
+    self._msg = msg
+    self._length: int | None = None
+
+  def length(self) -> int:
+    if self._length is None:
+      blobs = self._msg.blobs
+      real = [blob.crc32 for blob in blobs]
+      for blob in blobs:
+        blob.crc32 = _PLACEHOLDER_CRC
+      self._length = self._msg.ByteSize()
+      for blob, crc in zip(blobs, real):
+        blob.crc32 = crc
+    return self._length
+
+  def finish(self, crcs: list[int]) -> bytes:
+    blobs = self._msg.blobs
+    if len(crcs) != len(blobs):
+      raise ValueError(f"{len(crcs)} checksums for {len(blobs)} blobs")
+    for blob, crc in zip(blobs, crcs):
+      blob.crc32 = crc
+    return self._msg.SerializeToString(deterministic=True)
+
+
+def write_pending(closed, in_tree, out_tree, metadata: dict[str, str]):
+  """(program message, data layout) of a closed jaxpr; the message is a
+  `container.PendingProgram`, to be finished with the layout's checksums
+  (`container.to_bytes` and `container.write_file` do)."""
   if not compat.is_closed_jaxpr(closed):
     raise UnsupportedError(
         f"expected a jax ClosedJaxpr, got {type(closed).__name__}")
   writer = Writer()
   writer.program(closed, in_tree, out_tree, metadata)
-  return writer.msg.SerializeToString(deterministic=True), writer.layout
+  return PendingMessage(writer.msg), writer.layout
+
+
+def write(closed, in_tree, out_tree, metadata: dict[str, str]):
+  """(program message bytes, data layout) of a closed jaxpr."""
+  message, layout = write_pending(closed, in_tree, out_tree, metadata)
+  return message.finish(layout.crcs()), layout
