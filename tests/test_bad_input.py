@@ -40,6 +40,7 @@ import jaxpr_io
 from jaxpr_io import _proto as pb
 from jaxpr_io import container
 from jaxpr_io import dtypes as io_dtypes
+from tests.hostile import varint
 
 FormatError = jaxpr_io.FormatError
 FORMAT_VERSION = jaxpr_io.FORMAT_VERSION
@@ -1315,30 +1316,20 @@ def test_nesting_depth_bomb_raw_wire():
   prefixes = []
   for _ in range(depth):
     for tag in (b"\x0a", b"\x3a"):
-      prefix = tag + _varint(size)
+      prefix = tag + varint(size)
       prefixes.append(prefix)
       size += len(prefix)
   body = b"".join(reversed(prefixes)) + b"".join(chunks)
   # Program.metadata is not a Value; put it into Program.in_tree.keys
   # (PyTree field 3 = Value) of field 13.
-  tree = b"\x08\x05" + b"\x1a" + _varint(len(body)) + body
-  program = (b"\x08" + _varint(FORMAT_VERSION)
-             + b"\x6a" + _varint(len(tree)) + tree)
+  tree = b"\x08\x05" + b"\x1a" + varint(len(body)) + body
+  program = (b"\x08" + varint(FORMAT_VERSION)
+             + b"\x6a" + varint(len(tree)) + tree)
   with memory_bound((50 << 20) + 50 * len(program)):
     assert_rejected(frame(program), r"program message does not parse"
                     r"|nests", seconds=20)
 
 
-def _varint(n: int) -> bytes:
-  out = bytearray()
-  while True:
-    byte = n & 0x7F
-    n >>= 7
-    if n:
-      out.append(byte | 0x80)
-    else:
-      out.append(byte)
-      return bytes(out)
 
 
 # ===================================================================== fuzz

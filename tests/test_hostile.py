@@ -33,7 +33,7 @@ from jaxpr_io.writer import MAX_JAXPR_DEPTH
 from tests.hostile import (Enum, Rec, axis_type, craft, data_section, eqns,
                            fix_blob_crcs, frame, intern, message, param,
                            records, records_in, replace_string, root_jaxpr,
-                           run_child, set_value)
+                           run_child, set_value, varint)
 
 F32 = jnp.float32
 X4 = np.arange(1, 5, dtype=np.float32)
@@ -527,20 +527,10 @@ def test_bad_symbolic_constraint_is_a_format_error_fast(tmp_path,
 
 
 # ================================================ 8. many tiny equations
-def _varint(n: int) -> bytes:
-  out = bytearray()
-  while True:
-    byte = n & 0x7F
-    n >>= 7
-    if n:
-      out.append(byte | 0x80)
-    else:
-      out.append(byte)
-      return bytes(out)
 
 
 def _length_delimited(field: int, payload: bytes) -> bytes:
-  return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+  return varint(field << 3 | 2) + varint(len(payload)) + payload
 
 
 def many_equations_file(target_bytes: int) -> bytes:
@@ -563,12 +553,12 @@ def many_equations_file(target_bytes: int) -> bytes:
   chunks, size, k = [], len(program_head) + len(jaxpr_head) + 16, 0
   while size < target_bytes:
     # invars (field 2) is a packed sint64: variable k is zigzag 2k.
-    eqn = rest + _length_delimited(2, _varint(2 * k))
+    eqn = rest + _length_delimited(2, varint(2 * k))
     chunk = _length_delimited(3, eqn)
     chunks.append(chunk)
     size += len(chunk)
     k += 1
-  outvars = _length_delimited(4, _varint(2 * k))
+  outvars = _length_delimited(4, varint(2 * k))
   jaxpr = jaxpr_head + b"".join(chunks) + outvars
   return frame(program_head + _length_delimited(10, jaxpr))
 

@@ -31,6 +31,19 @@ DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 
 
 # ------------------------------------------------------------- framing
+def varint(n: int) -> bytes:
+  """`n` as a protobuf base-128 varint (for messages built by hand)."""
+  out = bytearray()
+  while True:
+    byte = n & 0x7F
+    n >>= 7
+    if n:
+      out.append(byte | 0x80)
+    else:
+      out.append(byte)
+      return bytes(out)
+
+
 def message(data: bytes):
   """The `Program` message of a file (its header and CRCs are checked)."""
   return pb.Program.FromString(container.Container(data).program)
