@@ -13,6 +13,9 @@ cases; the parent
     call stage of a program with a `while` or `scan` loop, where a mutated
     trip count (`i < 8` made `i < 2**31-1`) is the program's own
     behaviour: outcome "call-timeout-loop", counted and kept, not a failure;
+    so is an error that a registered host callback raises (or a wrong
+    result shape it returns) on the operands a mutated program passes it:
+    outcome "call-callback-error" (see worker._CALLBACK_OWN);
   * notices a worker killed by a signal (SIGSEGV, SIGABRT, SIGKILL from the
     kernel, ...): failure `abort-<stage>`; and a worker that exits on its
     own: `worker-exit-<stage>`;
@@ -459,6 +462,11 @@ class Tally:
         self.kept["call-timeout-loop"] += 1
         self._save("_info/call-timeout-loop", v,
                    f"where: {r.get('lib_frame')} / {r.get('last_frame')}")
+    if v.outcome == "call-callback-error":
+      if self.kept["call-callback-error"] < 10:
+        self.kept["call-callback-error"] += 1
+        self._save("_info/call-callback-error", v,
+                   f"callback error: {r.get('callback_error')}")
     if v.outcome != "failure":
       return
     f = v.failure
