@@ -100,6 +100,7 @@ class Program:
     if self._fun is None:
       try:
         validate.check_backend_dtypes(closed.jaxpr, jax.default_backend())
+        validate.check_compiler_aborts(closed.jaxpr)
       except FormatError as e:
         raise TypeError(str(e)) from None
       self._symbolic = specialize.has_symbolic_dims(closed.in_avals)
@@ -256,6 +257,8 @@ def _check(program: Program, source: str) -> None:
       ("does not type-check", lambda: validate.check_shapes(closed.jaxpr)),
       ("cannot run here", lambda: validate.check_backend_dtypes(
           closed.jaxpr, jax.default_backend())),
+      ("cannot run here",
+       lambda: validate.check_compiler_aborts(closed.jaxpr)),
       ("cannot be printed", lambda: str(closed)),
       ("cannot be serialized again", lambda: serialize(program)),
       ("cannot be lowered and compiled",

@@ -287,3 +287,46 @@ def _all_avals(jaxpr, seen: set[int]):
     for value in eqn.params.values():
       for sub in _sub_jaxprs(value):
         yield from _all_avals(sub, seen)
+
+
+# ------------------------------------------------ known compiler aborts
+def _while_self_add_induction(eqn) -> str | None:
+  """A while loop whose body adds a carried value to itself (`i + i`)."""
+  if eqn.primitive.name != "while":
+    return None
+  body = compat.open_jaxpr(eqn.params["body_jaxpr"])
+  carry_in = body.invars[eqn.params["body_nconsts"]:]
+  for out, carried in zip(body.outvars, carry_in):
+    for e in body.eqns:
+      if (e.primitive.name == "add" and e.outvars[0] is out
+          and e.invars[0] is carried and e.invars[1] is carried):
+        return ("the while loop doubles a loop-carried value by adding it "
+                "to itself, which this release's XLA compiler aborts on; "
+                "write it as a multiplication by 2, or load the file with "
+                "a newer JAX")
+  return None
+
+
+KNOWN_COMPILER_ABORTS: dict[str, Callable[[Any], str | None]] = {
+    "while_self_add_induction": _while_self_add_induction,
+}
+
+
+def check_compiler_aborts(jaxpr, seen: set[int] | None = None) -> None:
+  """Raises FormatError where `jaxpr` (sub-jaxprs included) has a pattern
+  this release's XLA aborts the process on while compiling."""
+  names = compat.ADAPTER.compiler_aborts
+  if not names:
+    return
+  seen = set() if seen is None else seen
+  if id(jaxpr) in seen:
+    return
+  seen.add(id(jaxpr))
+  for i, eqn in enumerate(jaxpr.eqns):
+    for name in names:
+      problem = KNOWN_COMPILER_ABORTS[name](eqn)
+      if problem:
+        raise FormatError(f"equation {i} ({eqn.primitive.name}): {problem}")
+    for value in eqn.params.values():
+      for sub in _sub_jaxprs(value):
+        check_compiler_aborts(sub, seen)

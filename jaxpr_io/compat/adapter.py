@@ -38,6 +38,10 @@ class Adapter:
   skipped_params: frozenset = frozenset()
   # Record types only this release has: (class, name, encode, decode).
   record_codecs: list = []
+  # Programs that this release's XLA aborts the process on while compiling
+  # (XLA bugs any JAX program can hit): `check=True` and the first call
+  # refuse them instead. See validate.KNOWN_COMPILER_ABORTS.
+  compiler_aborts: frozenset = frozenset()
 
   def __init__(self):
     # Vocabulary names that `from_format` may change.
