@@ -237,21 +237,39 @@ def _sub_jaxprs(value):
       yield from _sub_jaxprs(item)
 
 
-def check_shapes(jaxpr, seen: set[int] | None = None) -> None:
+def walk_jaxprs(jaxpr):
+  """`jaxpr` and every jaxpr in its equations' params, each shared one
+  once."""
+  seen, stack = set(), [jaxpr]
+  while stack:
+    jaxpr = stack.pop()
+    if id(jaxpr) in seen:
+      continue
+    seen.add(id(jaxpr))
+    yield jaxpr
+    for eqn in jaxpr.eqns:
+      for value in eqn.params.values():
+        stack.extend(_sub_jaxprs(value))
+
+
+def _check_eqns(jaxpr, rules) -> None:
+  """Raises FormatError at the first equation, in `jaxpr` or a sub-jaxpr,
+  for which a rule (eqn -> problem or None) finds a problem."""
+  for sub in walk_jaxprs(jaxpr):
+    for i, eqn in enumerate(sub.eqns):
+      for rule in rules:
+        problem = rule(eqn)
+        if problem:
+          raise FormatError(f"equation {i} ({eqn.primitive.name}): "
+                            f"{problem}")
+
+
+def check_shapes(jaxpr) -> None:
   """Raises FormatError where a shape rule that JAX's type checker skips
-  fails, in `jaxpr` and its sub-jaxprs (each shared one once)."""
-  seen = set() if seen is None else seen
-  if id(jaxpr) in seen:
-    return
-  seen.add(id(jaxpr))
-  for i, eqn in enumerate(jaxpr.eqns):
-    rule = _SHAPE_RULES.get(eqn.primitive.name)
-    problem = rule(eqn) if rule is not None else None
-    if problem:
-      raise FormatError(f"equation {i} ({eqn.primitive.name}): {problem}")
-    for value in eqn.params.values():
-      for sub in _sub_jaxprs(value):
-        check_shapes(sub, seen)
+  fails, in `jaxpr` and its sub-jaxprs."""
+  _check_eqns(jaxpr, [lambda eqn: (_SHAPE_RULES[eqn.primitive.name](eqn)
+                                   if eqn.primitive.name in _SHAPE_RULES
+                                   else None)])
 
 
 # ------------------------------------------------ dtypes a backend lacks
@@ -267,7 +285,7 @@ def check_backend_dtypes(jaxpr, platform: str) -> None:
   lacks = _BACKEND_LACKS.get(platform)
   if not lacks:
     return
-  for aval in _all_avals(jaxpr, set()):
+  for aval in _all_avals(jaxpr):
     dtype = getattr(aval, "dtype", None)
     if dtype is not None and dtype.name in lacks:
       raise FormatError(f"the program uses {dtype.name}, which the "
@@ -275,18 +293,13 @@ def check_backend_dtypes(jaxpr, platform: str) -> None:
                         "backend that has the type")
 
 
-def _all_avals(jaxpr, seen: set[int]):
-  if id(jaxpr) in seen:
-    return
-  seen.add(id(jaxpr))
-  for v in (*jaxpr.constvars, *jaxpr.invars):
-    yield v.aval
-  for eqn in jaxpr.eqns:
-    for v in (*eqn.invars, *eqn.outvars):
+def _all_avals(jaxpr):
+  for sub in walk_jaxprs(jaxpr):
+    for v in (*sub.constvars, *sub.invars):
       yield v.aval
-    for value in eqn.params.values():
-      for sub in _sub_jaxprs(value):
-        yield from _all_avals(sub, seen)
+    for eqn in sub.eqns:
+      for v in (*eqn.invars, *eqn.outvars):
+        yield v.aval
 
 
 # ------------------------------------------------ known compiler aborts
@@ -312,21 +325,9 @@ KNOWN_COMPILER_ABORTS: dict[str, Callable[[Any], str | None]] = {
 }
 
 
-def check_compiler_aborts(jaxpr, seen: set[int] | None = None) -> None:
+def check_compiler_aborts(jaxpr) -> None:
   """Raises FormatError where `jaxpr` (sub-jaxprs included) has a pattern
   this release's XLA aborts the process on while compiling."""
   names = compat.ADAPTER.compiler_aborts
-  if not names:
-    return
-  seen = set() if seen is None else seen
-  if id(jaxpr) in seen:
-    return
-  seen.add(id(jaxpr))
-  for i, eqn in enumerate(jaxpr.eqns):
-    for name in names:
-      problem = KNOWN_COMPILER_ABORTS[name](eqn)
-      if problem:
-        raise FormatError(f"equation {i} ({eqn.primitive.name}): {problem}")
-    for value in eqn.params.values():
-      for sub in _sub_jaxprs(value):
-        check_compiler_aborts(sub, seen)
+  if names:
+    _check_eqns(jaxpr, [KNOWN_COMPILER_ABORTS[n] for n in sorted(names)])
