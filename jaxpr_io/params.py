@@ -118,7 +118,15 @@ def _encode_items(w, items, out_tuple, depth):
 
 
 def _decode_items(r, msg_tuple, depth):
-  return [decode_value(r, item, depth + 1) for item in msg_tuple.items]
+  # Most items are ints (shapes, axes): read those inline.
+  items = []
+  append = items.append
+  for item in msg_tuple.items:
+    if item.WhichOneof("kind") == "int":
+      append(item.int)
+    else:
+      append(decode_value(r, item, depth + 1))
+  return items
 
 
 def encode_tuple(w, v, out, depth):
@@ -388,14 +396,35 @@ def encode_value(w, v, out, depth: int = 0) -> None:
 
 
 def decode_value(r, msg, depth: int = 0):
-  """The Python value of the `Value` message `msg`."""
+  """The Python value of the `Value` message `msg`.
+
+  Top-level tuples and records are decoded once per load (`r.value_memo`,
+  keyed by their bytes): equal params of many equations (shardings,
+  dimension numbers, shapes) become one object, as values are immutable.
+  The writer stores param sets with equal bytes once, so this does not
+  change what a re-dump writes. Values that refer to jaxprs are not shared:
+  reading them records the reference."""
   if depth > MAX_VALUE_DEPTH:
     raise FormatError(f"param value nests deeper than {MAX_VALUE_DEPTH}")
   kind = msg.WhichOneof("kind")
   decoder = DECODERS.get(kind)
   if decoder is None:
     raise FormatError(f"param value has no known kind ({kind!r})")
-  return decoder(r, msg, depth)
+  memo = r.value_memo if depth == 0 and kind in _SHARED_KINDS else None
+  if memo is None:
+    return decoder(r, msg, depth)
+  key = msg.SerializeToString()
+  value = memo.get(key, _MISSING)
+  if value is _MISSING:
+    n_refs = r.jaxpr_refs_seen
+    value = decoder(r, msg, depth)
+    if r.jaxpr_refs_seen == n_refs:
+      memo[key] = value
+  return value
+
+
+_SHARED_KINDS = frozenset({"tuple", "record"})
+_MISSING = object()
 
 
 def _short_repr(v) -> str:

@@ -262,6 +262,27 @@ def _is_plain_data(v, depth: int) -> bool:
 
 
 def _write(w, node: Node, out) -> None:
+  """Fills `out` with `node`: a node with children is stored once, in the
+  program's `tree_nodes` table, and `out` refers to it."""
+  if node.children:
+    out.shared = 1 + _intern(w, node)
+  else:
+    _write_fields(w, node, out)
+
+
+def _intern(w, node: Node) -> int:
+  """The `tree_nodes` index of `node` (its children interned first)."""
+  message = pb.PyTree()
+  _write_fields(w, node, message)
+  key = message.SerializeToString()
+  index = w.tree_nodes.get(key)
+  if index is None:
+    index = w.tree_nodes[key] = len(w.msg.tree_nodes)
+    w.msg.tree_nodes.append(message)
+  return index
+
+
+def _write_fields(w, node: Node, out) -> None:
   out.kind = _K[node.kind.upper()]
   if node.kind == "dict":
     for key in node.keys:
@@ -299,9 +320,14 @@ def decode_treedef(r, msg):
   GENERIC nodes are re-bound to their types or become plain containers, as
   the module docstring says; nothing is imported.
   """
-  # Identical subtrees (the params of each layer of a model) are read and
-  # built once: byte-identical messages give the same validated `Node`.
-  node = _read(r, msg, 0, ({}, {}))
+  node = _read(r, msg, 0, r.tree_memo)
+  skeleton = _plain_skeleton(node, {})
+  if skeleton is not _NOT_PLAIN:
+    try:
+      # One call into JAX's C++ flattening instead of one per node.
+      return jax.tree_util.tree_structure(skeleton)
+    except TypeError:  # dict keys JAX cannot sort: `_build` says so
+      pass
   fallbacks: list[tuple[tuple, str, str]] = []
   treedef = _build(node, (), fallbacks)
   if fallbacks:
@@ -310,29 +336,113 @@ def decode_treedef(r, msg):
 
 
 _KINDS = {number: name.lower() for name, number in _K.items()}
+_NOT_PLAIN = object()
+_SKELETON_LEAF = object()
 
 
-def _read(r, msg, depth: int, memo=None) -> Node:
-  """The `Node` of a message, validated. `memo` is (serialized message ->
-  node, id(node) -> height) of the nodes with children read so far."""
+def _plain_skeleton(node: Node, memo: dict[int, Any]):
+  """A Python object of `node`'s structure, with `_SKELETON_LEAF` leaves,
+  when the tree holds only leaves, None, tuples, lists and dicts; else
+  `_NOT_PLAIN`. Shared nodes give one shared object."""
+  done = memo.get(id(node))
+  if done is not None:
+    return done
+  kind = node.kind
+  if kind == "leaf":
+    return _SKELETON_LEAF
+  if kind == "none":
+    return None
+  if kind not in ("tuple", "list", "dict"):
+    return _NOT_PLAIN
+  children = []
+  for child in node.children:
+    skeleton = _plain_skeleton(child, memo)
+    if skeleton is _NOT_PLAIN:
+      return _NOT_PLAIN
+    children.append(skeleton)
+  if kind == "tuple":
+    result = tuple(children)
+  elif kind == "list":
+    result = children
+  else:
+    result = dict(zip(node.keys, children))
+    if len(result) != len(children):
+      return _NOT_PLAIN  # repeated keys: `_build` refuses them
+  memo[id(node)] = result
+  return result
+
+
+class TreeMemo:
+  """The nodes of one program read so far, each read once: identical
+  subtrees (the params of each layer of a model) are one validated `Node`.
+
+  Version 3 files store each node with children once (`Program.tree_nodes`)
+  and refer to it by index; older files repeat them, and their messages
+  are matched by their bytes.
+  """
+
+  def __init__(self, program_msg):
+    self.table = program_msg.tree_nodes
+    self.nodes: list[Node | None] = [None] * len(self.table)
+    self.by_bytes: dict[bytes, Node] | None = (
+        {} if program_msg.format_version < 3 else None)
+    self.heights: dict[int, int] = {}  # id(node) -> height, nodes with children
+
+  def height(self, node: Node) -> int:
+    return self.heights.get(id(node), 0)
+
+
+def _read(r, msg, depth: int, memo: TreeMemo, limit: int | None = None
+          ) -> Node:
+  """The `Node` of a message, validated. In entry `limit` of the table,
+  references go only to entries before it."""
   if depth > MAX_DEPTH:
     raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
-  if memo is None or not msg.children:
-    return _read_node(r, msg, depth, memo)
-  nodes, heights = memo
-  key = msg.SerializeToString()
-  node = nodes.get(key)
-  if node is not None:
-    # Validated where it was first met; only its depth here is new.
-    if depth + heights[id(node)] > MAX_DEPTH:
-      raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
-    return node
-  node = nodes[key] = _read_node(r, msg, depth, memo)
-  heights[id(node)] = 1 + max(heights.get(id(c), 0) for c in node.children)
+  if msg.shared:
+    return _read_shared(r, msg, depth, memo, limit)
+  if not msg.children:
+    return _read_node(r, msg, depth, memo, limit)
+  if memo.by_bytes is None:
+    node = _read_node(r, msg, depth, memo, limit)
+  else:
+    key = msg.SerializeToString()
+    node = memo.by_bytes.get(key)
+    if node is not None:
+      # Validated where it was first met; only its depth here is new.
+      if depth + memo.height(node) > MAX_DEPTH:
+        raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
+      return node
+    node = memo.by_bytes[key] = _read_node(r, msg, depth, memo, limit)
+  memo.heights[id(node)] = 1 + max(memo.height(c) for c in node.children)
   return node
 
 
-def _read_node(r, msg, depth: int, memo) -> Node:
+def _read_shared(r, msg, depth: int, memo: TreeMemo, limit: int | None
+                 ) -> Node:
+  i = msg.shared - 1
+  if memo.by_bytes is not None:
+    raise FormatError("a pytree node refers to the shared node table, which "
+                      "files before version 3 do not have")
+  if len(msg.ListFields()) != 1:
+    raise FormatError("a pytree node refers to a shared node and sets other "
+                      "fields")
+  if i >= (len(memo.table) if limit is None else limit):
+    raise FormatError(f"a pytree node refers to shared node {i}, which is "
+                      f"out of range or does not come before it")
+  node = memo.nodes[i]
+  if node is None:
+    entry = memo.table[i]
+    if entry.shared:
+      raise FormatError(f"shared pytree node {i} refers to another")
+    node = memo.nodes[i] = _read(r, entry, depth, memo, limit=i)
+  elif depth + memo.height(node) > MAX_DEPTH:
+    # Validated where it was first met; only its depth here is new.
+    raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
+  return node
+
+
+def _read_node(r, msg, depth: int, memo: TreeMemo, limit: int | None
+               ) -> Node:
   kind = _KINDS.get(msg.kind)
   if kind is None or kind == "kind_unspecified":
     raise FormatError(f"unknown pytree node kind {msg.kind}")
@@ -340,7 +450,7 @@ def _read_node(r, msg, depth: int, memo) -> Node:
   if not is_generic and (msg.child_keys or msg.HasField("auxdata") or
                          msg.type_module or msg.type_qualname):
     raise FormatError(f"a pytree {kind} node has fields of a GENERIC node")
-  children = tuple(_read(r, c, depth + 1, memo) for c in msg.children)
+  children = tuple(_read(r, c, depth + 1, memo, limit) for c in msg.children)
   if kind == "leaf":
     if children:
       raise FormatError("a pytree leaf has children")

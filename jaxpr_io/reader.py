@@ -32,6 +32,7 @@ from jaxpr_io import container
 from jaxpr_io.compat import symbolic
 from jaxpr_io import dim_grammar
 from jaxpr_io import dtypes
+from jaxpr_io import equations
 from jaxpr_io import params
 from jaxpr_io import pytrees
 from jaxpr_io import registry
@@ -116,8 +117,7 @@ class Reader:
     self.avals: list[Any] = []
     self._arrays: list[Any] = [None] * len(msg.arrays)
     self._array_done = [False] * len(msg.arrays)
-    self._contexts: list[Any] = [None] * len(msg.eqn_contexts)
-    self._name_stacks: list[Any] = [None] * len(msg.name_stacks)
+    self.contexts: list[Any] = [None] * len(msg.eqn_contexts)
     self.jaxprs: list[Any] = []
     self._depths: list[int] = []
     self._param_sets: list[Any] = [None] * len(msg.param_sets)
@@ -125,18 +125,36 @@ class Reader:
     self._primitives: dict[str, Any] = {}
     self._scope = None
     self._dims: dict[str, Any] = {}
-    self._source_infos: dict[int, Any] = {}
+    # Per name stack index: the equations' shared `SourceInfo`
+    # (`decode_name_stacks`).
+    self.source_infos: list[Any] = [None] * len(msg.name_stacks)
     self._name_entries: dict[tuple[int, int], Any] = {}
-    # (primitive string, param set, #inputs, #outputs) -> (primitive, params,
-    # sub-jaxpr refs, their inlined size) of an equation whose checks and
-    # mapping depend on nothing else (see `_JaxprDecoder.equation`).
-    self._eqn_kinds: dict[tuple[int, int, int, int], tuple] = {}
+    # Equation kinds: (primitive string, param set, #inputs, #outputs) of
+    # each, and, once checked, the `equations.Kind` its equations share
+    # (None if not checked yet or not shareable). Files of versions 1-2 have
+    # no kinds table: `legacy_kind` numbers their kinds as they are met.
+    self.kind_keys: list[tuple[int, int, int, int]] = [
+        (k.primitive, k.param_set, k.num_invars, k.num_outvars)
+        for k in msg.equation_kinds]
+    if len(set(self.kind_keys)) != len(self.kind_keys):
+      raise FormatError("the equation kinds table holds a kind twice")
+    if self.kind_keys and msg.format_version < 3:
+      raise FormatError(f"a version {msg.format_version} file has an "
+                        "equation kinds table (added in version 3)")
+    self.kinds: list[Any] = [None] * len(self.kind_keys)
+    self._kind_index: dict[tuple[int, int, int, int], int] = {}
+    self._kind_arity: tuple[np.ndarray, np.ndarray] | None = None
+    self.tree_memo = pytrees.TreeMemo(msg)
     # Literal reference -> (value, aval), checked once.
     self._literals: dict[int, tuple] = {}
     # Jaxpr indices referenced by the param set being decoded, for each
     # jaxpr's nesting depth and its size with shared sub-jaxprs inlined.
     self._refs: list[int] | None = None
-    self._sizes: list[int] = []
+    # Jaxpr references read so far, and top-level param values by their
+    # bytes (`params.decode_value`).
+    self.jaxpr_refs_seen = 0
+    self.value_memo: dict[bytes, Any] = {}
+    self.sizes: list[int] = []
     self.where = vocabulary.Where(blobs.source, msg.producer.jax_version,
                                   compat.JAX_VERSION)
     self._budget = (None if trusted else
@@ -160,12 +178,17 @@ class Reader:
     a file cannot make the reader allocate first and refuse later."""
     m = self.msg
     self.charge((len(m.strings) + len(m.param_sets) + len(m.name_stacks)
+                 + len(m.name_stack_table.parents) // 4
                  + len(m.eqn_contexts)) * _TABLE_ENTRY_COST
-                + sum(len(s) for s in m.strings)
+                + sum(map(len, self.strings))
                 + (len(m.avals) + len(m.arrays)) * _AVAL_COST,
                 "the program's tables")
-    self.charge(sum(len(j.eqns) * (_EQN_COST + _VAR_COST)
-                    + (len(j.constvars) + len(j.invars)) * _VAR_COST
+    self.charge((len(m.equation_kinds) + len(m.tree_nodes))
+                * _TABLE_ENTRY_COST, "the equation kinds and pytree tables")
+    self.charge(sum((len(j.eqns) + len(j.equations.kinds) // 4) * _EQN_COST
+                    + (len(j.eqns) + len(j.equations.outvars) // 4
+                       + len(j.equations.invars) // 4
+                       + len(j.constvars) + len(j.invars)) * _VAR_COST
                     for j in m.jaxprs), "the program's equations")
 
   # ------------------------------------------------------------ helpers
@@ -186,6 +209,15 @@ class Reader:
       raise FormatError(f"string index {i} is out of range (the table has "
                         f"{len(self.strings)} entries)") from None
 
+  def string_tuple(self, indices) -> tuple[str, ...]:
+    """The strings of a repeated string-index field."""
+    try:
+      return tuple(map(self.strings.__getitem__, indices))
+    except IndexError:
+      raise FormatError(f"a string index of {list(indices)!r:.80} is out of "
+                        f"range (the table has {len(self.strings)} entries)"
+                        ) from None
+
   def primitive(self, name: str):
     prim = self._primitives.get(name)
     if prim is None:
@@ -203,8 +235,8 @@ class Reader:
     for i, m in enumerate(self.msg.avals):
       try:
         self.avals.append(self._decode_aval(m))
-      except _DECODE_ERRORS as e:
-        raise FormatError(f"aval {i}: {_describe_error(e)}") from None
+      except validate.DECODE_ERRORS as e:
+        raise FormatError(f"aval {i}: {validate.describe_error(e)}") from None
 
   def _decode_aval(self, m):
     kind = m.WhichOneof("kind")
@@ -381,58 +413,100 @@ class Reader:
     self.pending_blobs.clear()
 
   # --------------------------------------------------- contexts, names
-  def eqn_context(self, i: int):
-    ctx = self._contexts[self._index(i, len(self._contexts), "eqn context")]
-    if ctx is None:
-      m = self.msg.eqn_contexts[i]
-      compute_type = (None if m.compute_type == 0
-                      else self.string(m.compute_type - 1))
-      mesh = params.decode_value(self, m.cur_abstract_mesh)
-      if type(mesh) is not compat.AbstractMesh:
-        raise FormatError("an equation context's mesh is not an AbstractMesh")
-      xla_metadata = (params.decode_value(self, m.xla_metadata)
-                      if m.HasField("xla_metadata") else None)
-      if xla_metadata is not None:
-        try:
-          xla_metadata = dict(xla_metadata)
-        except (TypeError, ValueError):
-          raise FormatError("xla_metadata is not a tuple of pairs") from None
-      layout_mode = ("AUTO" if m.layout_mode == 0
-                     else self.string(m.layout_mode - 1))
-      no_collectives = (params.decode_value(self, m.no_collectives)
-                        if m.HasField("no_collectives") else frozenset())
-      if type(no_collectives) is not frozenset:
-        raise FormatError("no_collectives is not a frozenset")
-      extra = compat.ADAPTER.context_from_format(layout_mode, no_collectives,
-                                                 self.where)
-      ctx = self._contexts[i] = compat.new_eqn_context(
-          **extra,
-          compute_type=compute_type,
-          threefry_partitionable=m.threefry_partitionable,
-          cur_abstract_mesh=mesh,
-          remove_size_one_mesh_axis=m.remove_size_one_mesh_axis,
-          xla_metadata=None if xla_metadata is None
-          else tuple(sorted(xla_metadata.items())))
-    return ctx
+  def decode_contexts(self) -> None:
+    """Builds every equation context."""
+    for i, m in enumerate(self.msg.eqn_contexts):
+      try:
+        self.contexts[i] = self._eqn_context(m)
+      except validate.DECODE_ERRORS as e:
+        raise FormatError(f"eqn context {i}: "
+                          f"{validate.describe_error(e)}") from None
 
-  def name_stack(self, i: int):
-    stack = self._name_stacks[self._index(i, len(self._name_stacks),
-                                          "name stack")]
-    if stack is None:
-      entries = []
-      for e in self.msg.name_stacks[i].entries:
-        # Entries are immutable and repeat across stacks; building one is
-        # slow on JAX 0.12 (a frozen dataclass), so each is built once.
-        key = (e.kind, e.name)
-        entry = self._name_entries.get(key)
-        if entry is None:
-          cls = _NAME_ENTRY_TYPES.get(e.kind)
-          if cls is None:
-            raise FormatError(f"unknown name stack entry kind {e.kind}")
-          entry = self._name_entries[key] = cls(self.string(e.name))
-        entries.append(entry)
-      stack = self._name_stacks[i] = compat.NameStack(tuple(entries))
-    return stack
+  def _eqn_context(self, m):
+    """The `JaxprEqnContext` of an `EqnContext` message."""
+    compute_type = (None if m.compute_type == 0
+                    else self.string(m.compute_type - 1))
+    mesh = params.decode_value(self, m.cur_abstract_mesh)
+    if type(mesh) is not compat.AbstractMesh:
+      raise FormatError("an equation context's mesh is not an AbstractMesh")
+    xla_metadata = (params.decode_value(self, m.xla_metadata)
+                    if m.HasField("xla_metadata") else None)
+    if xla_metadata is not None:
+      try:
+        xla_metadata = dict(xla_metadata)
+      except (TypeError, ValueError):
+        raise FormatError("xla_metadata is not a tuple of pairs") from None
+    layout_mode = ("AUTO" if m.layout_mode == 0
+                   else self.string(m.layout_mode - 1))
+    no_collectives = (params.decode_value(self, m.no_collectives)
+                      if m.HasField("no_collectives") else frozenset())
+    if type(no_collectives) is not frozenset:
+      raise FormatError("no_collectives is not a frozenset")
+    extra = compat.ADAPTER.context_from_format(layout_mode, no_collectives,
+                                               self.where)
+    return compat.new_eqn_context(
+        **extra,
+        compute_type=compute_type,
+        threefry_partitionable=m.threefry_partitionable,
+        cur_abstract_mesh=mesh,
+        remove_size_one_mesh_axis=m.remove_size_one_mesh_axis,
+        xla_metadata=None if xla_metadata is None
+        else tuple(sorted(xla_metadata.items())))
+
+  def _name_entry(self, kind: int, name: int):
+    # Entries are immutable and repeat across stacks; building one is slow
+    # on JAX 0.12 (a frozen dataclass), so each is built once.
+    entry = self._name_entries.get((kind, name))
+    if entry is None:
+      cls = _NAME_ENTRY_TYPES.get(kind)
+      if cls is None:
+        raise FormatError(f"unknown name stack entry kind {kind}")
+      entry = self._name_entries[kind, name] = cls(self.string(name))
+    return entry
+
+  def decode_name_stacks(self) -> None:
+    """Builds every name stack and its `SourceInfo`."""
+    if self.msg.format_version < 3:
+      if self.msg.HasField("name_stack_table"):
+        raise FormatError("a file before version 3 has a name stack table")
+      for i, m in enumerate(self.msg.name_stacks):
+        self.source_infos[i] = compat.SourceInfo(None, compat.NameStack(
+            tuple(self._name_entry(e.kind, e.name) for e in m.entries)))
+      return
+    if self.msg.name_stacks:
+      raise FormatError("a version 3 file stores `name_stacks` messages; "
+                        "version 3 stores a `name_stack_table`")
+    table = self.msg.name_stack_table
+    parents, kinds, names = (equations.column(table, field, "<u4")
+                             for field in ("parents", "kinds", "names"))
+    n = len(parents)
+    if len(kinds) != n or len(names) != n:
+      raise FormatError(f"the name stack table's columns have {n}, "
+                        f"{len(kinds)} and {len(names)} entries")
+    if n and np.any(parents > np.arange(n)):
+      i = int(np.flatnonzero(parents > np.arange(n))[0])
+      raise FormatError(f"name stack {i}'s parent {int(parents[i]) - 1} does "
+                        "not come before it")
+    # Each stack holds a tuple of all its entries: charge them first (a
+    # chain of stacks would otherwise cost the square of its length).
+    depths = [0] * n
+    for i, parent in enumerate(parents.tolist()):
+      depths[i] = depths[parent - 1] + 1 if parent else 1
+    self.charge(8 * sum(depths), "the name stacks")
+    if np.any((kinds == 0) & ((parents != 0) | (names != 0))):
+      i = int(np.flatnonzero((kinds == 0) & ((parents != 0) | (names != 0)))[0])
+      raise FormatError(f"name stack {i} has no entry of its own but is not "
+                        "the empty stack")
+    known, entry_of = self._name_entries, self._name_entry
+    entries = [(known.get((kind, name)) or entry_of(kind, name)) if kind
+               else None for kind, name in zip(kinds.tolist(), names.tolist())]
+    tuples: list[tuple] = []  # each stack's entries
+    append = tuples.append
+    for parent, entry in zip(parents.tolist(), entries):
+      prefix = tuples[parent - 1] if parent else ()
+      append(prefix if entry is None else prefix + (entry,))
+    new_stack, new_info = compat.NameStack, compat.SourceInfo
+    self.source_infos = [new_info(None, new_stack(t)) for t in tuples]
 
   def param_set(self, i: int, name: str):
     """The params dict of param set `i`, used by primitive `name`.
@@ -461,15 +535,15 @@ class Reader:
             values[key] = None
           else:
             values[key] = params.decode_value(self, p.value)
-        except _DECODE_ERRORS as e:
+        except validate.DECODE_ERRORS as e:
           raise FormatError(f"param set {i}, param {key!r}: "
-                            f"{_describe_error(e)}") from None
+                            f"{validate.describe_error(e)}") from None
       for codec, key, stored in coded:
         try:
           values[key] = codec.decode(stored, values)
-        except _DECODE_ERRORS as e:
+        except validate.DECODE_ERRORS as e:
           raise FormatError(f"param set {i}, param {key!r}: "
-                            f"{_describe_error(e)}") from None
+                            f"{validate.describe_error(e)}") from None
       try:
         validate.check_param_values(values)
       except FormatError as e:
@@ -482,13 +556,25 @@ class Reader:
                         f"{entry[0]!r} but is used by {name!r}")
     return dict(entry[1]), entry[2]
 
-  def source_info(self, i: int):
-    """Shared `SourceInfo` (no traceback) per name stack index."""
-    info = self._source_infos.get(i)
-    if info is None:
-      info = self._source_infos[i] = compat.SourceInfo(None,
-                                                       self.name_stack(i))
-    return info
+  # ----------------------------------------------------- equation kinds
+  def legacy_kind(self, primitive: int, param_set: int, n_in: int,
+                  n_out: int) -> int:
+    """The kind index of an equation of a version 1-2 file."""
+    key = (primitive, param_set, n_in, n_out)
+    k = self._kind_index.get(key)
+    if k is None:
+      k = self._kind_index[key] = len(self.kind_keys)
+      self.kind_keys.append(key)
+      self.kinds.append(None)
+    return k
+
+  def kind_arity(self) -> tuple[np.ndarray, np.ndarray]:
+    """(inputs, outputs) of each kind, as arrays."""
+    if self._kind_arity is None or len(self._kind_arity[0]) != len(
+        self.kind_keys):
+      keys = np.array(self.kind_keys, np.int64).reshape(-1, 4)
+      self._kind_arity = (keys[:, 2].copy(), keys[:, 3].copy())
+    return self._kind_arity
 
   # ------------------------------------------------------------ jaxprs
   def jaxpr(self, i: int):
@@ -498,12 +584,14 @@ class Reader:
           f"jaxpr index {i} does not refer to an earlier jaxpr (only "
           f"{len(self.jaxprs)} are built); sub-jaxprs must precede their "
           "users")
+    self.jaxpr_refs_seen += 1
     if self._refs is not None:
       self._refs.append(i)
     return self.jaxprs[i]
 
   def closed_jaxpr(self, i: int):
     self._index(i, len(self._closed), "closed jaxpr")
+    self.jaxpr_refs_seen += 1
     if self._closed[i] is None:
       m = self.msg.closed_jaxprs[i]
       try:
@@ -534,21 +622,21 @@ class Reader:
         self.jaxprs.append(decoder.decode())
       except FormatError as e:
         raise FormatError(f"jaxpr {i}: {e}") from None
-      # Variables beyond one output per equation (charged up front).
-      self.charge(max(0, len(decoder.env) - len(m.eqns) - len(m.constvars)
-                      - len(m.invars)) * _VAR_COST, f"jaxpr {i}")
+      if m.eqns:  # versions 1-2: outputs beyond one per equation
+        self.charge(max(0, len(decoder.env) - len(m.eqns) - len(m.constvars)
+                        - len(m.invars)) * _VAR_COST, f"jaxpr {i}")
       depth = 1 + max((self._depths[j] for j in decoder.refs), default=0)
       if depth > MAX_JAXPR_DEPTH:
         raise FormatError(f"jaxpr {i} nests {depth} levels deep, over the "
                           f"limit of {MAX_JAXPR_DEPTH}")
       self._depths.append(depth)
-      self._sizes.append(min(decoder.size, _SIZE_CAP))
+      self.sizes.append(min(decoder.size, _SIZE_CAP))
 
   @property
   def expanded_size(self) -> int:
     """Equations of the root program with every use of a shared sub-jaxpr
     counted (what a recursive walk such as JAX's type checker visits)."""
-    return self._sizes[self.msg.closed_jaxprs[self.msg.root].jaxpr]
+    return self.sizes[self.msg.closed_jaxprs[self.msg.root].jaxpr]
 
   def effect(self, m, env):
     name = self.string(m.name)
@@ -580,7 +668,6 @@ class _JaxprDecoder:
     self.env: list[Any] = []
     self.refs: list[int] = []   # sub-jaxprs referenced by the equations
     self.size = 0               # equations, sub-jaxprs inlined
-    self.n_dropped = 0          # DropVars in `env`
 
   def bind(self, aval_index: int, cls=compat.Var):
     var = cls(self.r.aval(aval_index))
@@ -591,7 +678,7 @@ class _JaxprDecoder:
     """Binds a variable of each aval in turn."""
     avals, var = self.r.avals, compat.Var
     try:
-      variables = [var(avals[a]) for a in aval_indices[:]]  # uint32: >= 0
+      variables = list(map(var, map(avals.__getitem__, aval_indices)))
     except IndexError:
       return [self.bind(a) for a in aval_indices]  # raises the error
     self.env += variables
@@ -623,7 +710,10 @@ class _JaxprDecoder:
     r, m = self.r, self.msg
     constvars = self.bind_all(m.constvars)
     invars = self.bind_all(m.invars)
-    eqns = self.equations(m.eqns)
+    try:
+      eqns = equations.decode(self, equations.columns_of(r, m))
+    except validate.DECODE_ERRORS as e:
+      raise FormatError(validate.describe_error(e)) from None
     try:
       outvars = [self.atom(a) for a in m.outvars]
       effects = self.effects(m.effects)
@@ -637,188 +727,13 @@ class _JaxprDecoder:
                           f"results for {len(outvars)} outputs")
       debug_info = compat.DebugInfo(
           r.string(info.traced_for), r.string(info.func_src_info),
-          tuple(r.string(s) for s in info.arg_names)
-          if info.has_arg_names else None,
-          tuple(r.string(s) for s in info.result_paths)
-          if info.has_result_paths else None)
+          r.string_tuple(info.arg_names) if info.has_arg_names else None,
+          r.string_tuple(info.result_paths) if info.has_result_paths
+          else None)
       return compat.new_jaxpr(constvars, invars, outvars, eqns, effects,
                               debug_info, m.is_high)
-    except _DECODE_ERRORS as e:
-      raise FormatError(f"outputs: {_describe_error(e)}") from None
-
-  def equations(self, msgs) -> list:
-    """The equations of one jaxpr, in order: the hot loop of a load.
-
-    An equation of a kind met before in this file (the same primitive
-    string, param set and numbers of inputs and outputs, with no dropped
-    outputs and no effects, of a primitive that neither the release adapter
-    maps nor a trust screen inspects) takes that kind's primitive, params and
-    sub-jaxpr references from `Reader._eqn_kinds`: the checks of `equation`
-    that filled it depend on nothing else, so they hold. What differs per
-    equation (its variables, name stack and context) is checked here as
-    `equation` checks it; any other equation goes through `equation`.
-    Equations of one kind share their params dict, as JAX treats params as
-    immutable (transformations build new dicts).
-    """
-    r, env = self.r, self.env
-    kinds = r._eqn_kinds  # pylint: disable=protected-access
-    avals, var, new_eqn = r.avals, compat.Var, compat.JaxprEqn
-    source_infos = r._source_infos  # pylint: disable=protected-access
-    contexts = r._contexts  # pylint: disable=protected-access
-    no_effects, drop_var = compat.no_effects, compat.DropVar
-    eqns = []
-    append, equation, atom = eqns.append, self.equation, self.atom
-    extend_refs = self.refs.extend
-    i, e, size = 0, None, 0
-    try:
-      for i, e in enumerate(msgs):
-        in_refs = e.invars[:]
-        outs = e.outvars[:]
-        kind = kinds.get((e.primitive, e.param_set, len(in_refs), len(outs)))
-        if kind is None or e.dropped or e.effects:
-          append(equation(e, in_refs, outs))
-          continue
-        prim, params, refs, refs_size = kind
-        # Variables bound earlier (0 <= ref < len(env)) are taken in one
-        # go; literals (negative refs), dropped outputs and bad references
-        # go through `atom`, which builds or refuses them.
-        if not in_refs or min(in_refs) >= 0:
-          try:
-            invars = [env[ref] for ref in in_refs]
-          except IndexError:
-            invars = [atom(ref) for ref in in_refs]
-          else:
-            if self.n_dropped and any(type(v) is drop_var for v in invars):
-              invars = [atom(ref) for ref in in_refs]
-        else:
-          invars = [atom(ref) for ref in in_refs]
-        try:
-          outvars = [var(avals[a]) for a in outs]
-        except IndexError:
-          raise FormatError("an output's aval index is out of range") \
-              from None
-        env += outvars
-        if refs:
-          extend_refs(refs)
-          size += refs_size
-        size += 1
-        ref = e.name_stack
-        source_info = source_infos.get(ref)
-        if source_info is None:
-          source_info = r.source_info(ref)
-        ref = e.ctx
-        try:
-          ctx = contexts[ref]
-        except IndexError:
-          ctx = None
-        if ctx is None:
-          ctx = r.eqn_context(ref)
-        append(new_eqn(invars, outvars, prim, params, no_effects,
-                       source_info, ctx))
-    except _DECODE_ERRORS as error:
-      name = r.strings[e.primitive] if e.primitive < len(r.strings) else "?"
-      raise FormatError(f"equation {i} ({name}): "
-                        f"{_describe_error(error)}") from None
-    self.size += size
-    return eqns
-
-  def equation(self, e, in_refs, outs):
-    """One equation, every check made; `in_refs` and `outs` are its invars
-    and outvars fields, read by the caller."""
-    r, env = self.r, self.env
-    try:
-      name = r.strings[e.primitive]  # indices are uint32: never negative
-    except IndexError:
-      name = r.string(e.primitive)  # raises the error
-    # Variables bound earlier (0 <= ref < len(env)) are taken in one go;
-    # literals (negative refs), dropped outputs and bad references go
-    # through `atom`, which builds or refuses them.
-    invars = None
-    if in_refs and min(in_refs) >= 0:
-      try:
-        invars = [env[ref] for ref in in_refs]
-      except IndexError:
-        pass
-      else:
-        if self.n_dropped and any(type(v) is compat.DropVar for v in invars):
-          invars = None
-    if invars is None:
-      invars = [self.atom(ref) for ref in in_refs]
-    n_out = len(outs)
-    if e.dropped:
-      dropped = set(e.dropped)
-      if len(dropped) != len(e.dropped) or any(
-          not 0 <= p < n_out for p in dropped):
-        raise FormatError("the dropped-output positions are out of range or "
-                          "repeat")
-      outvars = [(compat.DropVar if p in dropped else compat.Var)(r.aval(a))
-                 for p, a in enumerate(outs)]
-      self.n_dropped += len(dropped)
-    else:
-      avals, var = r.avals, compat.Var
-      try:
-        outvars = [var(avals[a]) for a in outs]
-      except IndexError:
-        raise FormatError("an output's aval index is out of range") from None
-    env.extend(outvars)
-    i = e.param_set
-    try:
-      entry = r._param_sets[i]  # pylint: disable=protected-access
-    except IndexError:
-      entry = None
-    if entry is not None and entry[0] == name:  # decoded for this primitive
-      values, refs = dict(entry[1]), entry[2]  # as `param_set` returns them
-    else:
-      values, refs = r.param_set(i, name)
-    if refs:
-      self.refs.extend(refs)
-      self.size += sum(r._sizes[j] for j in refs)  # pylint: disable=protected-access
-    self.size += 1
-    # From the format's vocabulary to this release's primitive and params.
-    release_name, values = compat.ADAPTER.from_format(name, values, r.where)
-    prim = r._primitives.get(release_name)  # pylint: disable=protected-access
-    if prim is None:
-      prim = r.primitive(release_name)
-    screen = trust.SCREENS.get(release_name)
-    if screen is not None:
-      values = screen(release_name, values, r.screen)
-    validate.check_equation(name, prim, len(invars), n_out, values)
-    effects = e.effects
-    effects = self.effects(effects) if effects else compat.no_effects
-    i = e.name_stack
-    source_info = r._source_infos.get(i)  # pylint: disable=protected-access
-    if source_info is None:
-      source_info = r.source_info(i)
-    i = e.ctx
-    try:
-      ctx = r._contexts[i]  # pylint: disable=protected-access
-    except IndexError:
-      ctx = None
-    if ctx is None:
-      ctx = r.eqn_context(i)
-    if (screen is None and effects is compat.no_effects and not e.dropped
-        and name not in compat.ADAPTER._touched):  # pylint: disable=protected-access
-      # Nothing above but the variables, name stack and context depends on
-      # more than this key: `equations` reuses the rest.
-      r._eqn_kinds[e.primitive, e.param_set, len(invars), n_out] = (  # pylint: disable=protected-access
-          prim, values, refs,
-          sum(r._sizes[j] for j in refs))  # pylint: disable=protected-access
-    return compat.JaxprEqn(invars, outvars, prim, values, effects,
-                           source_info, ctx)
-
-
-# Exceptions that malformed input can provoke inside JAX's constructors or
-# ours; they become FormatErrors that say where they happened.
-_DECODE_ERRORS = (FormatError, ArithmeticError, LookupError, TypeError,
-                  RuntimeError,
-                  ValueError, AttributeError, AssertionError,
-                  *compat.JAX_VALIDATION_ERRORS)
-
-
-def _describe_error(e: BaseException) -> str:
-  if isinstance(e, FormatError):
-    return str(e)
-  return f"invalid program ({type(e).__name__}: {e})"
+    except validate.DECODE_ERRORS as e:
+      raise FormatError(f"outputs: {validate.describe_error(e)}") from None
 
 
 def read(data_container: container.Container, *, verify_blobs: bool,
@@ -851,14 +766,16 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
   try:
     reader.charge_tables()
     reader.decode_avals()
+    reader.decode_name_stacks()
+    reader.decode_contexts()
     reader.build_jaxprs()
     closed = reader.closed_jaxpr(msg.root)
     in_tree = pytrees.decode_treedef(reader, msg.in_tree)
     out_tree = pytrees.decode_treedef(reader, msg.out_tree)
   except RecursionError:
     raise FormatError(f"{source}: the program nests too deeply") from None
-  except _DECODE_ERRORS as e:
-    raise FormatError(f"{source}: {_describe_error(e)}") from None
+  except validate.DECODE_ERRORS as e:
+    raise FormatError(f"{source}: {validate.describe_error(e)}") from None
   if not pytrees.is_call_signature(in_tree):
     raise FormatError(f"{source}: the input signature {in_tree} is not the "
                       "structure of (args tuple, kwargs dict with string "

@@ -84,9 +84,9 @@ class Screen:
     self.trusted = trusted
     self.dropped: dict[tuple[str, str], int] = {}
 
-  def drop(self, primitive: str, param: str) -> None:
+  def drop(self, primitive: str, param: str, equations: int = 1) -> None:
     key = (primitive, param)
-    self.dropped[key] = self.dropped.get(key, 0) + 1
+    self.dropped[key] = self.dropped.get(key, 0) + equations
 
   def warn(self, source: str, stacklevel: int) -> None:
     """One warning per dropped (primitive, param), after the load;

@@ -21,6 +21,18 @@ from jaxpr_io import compat
 from jaxpr_io.compat import callbacks as compat_callbacks
 from jaxpr_io.errors import FormatError
 
+# Exceptions that malformed input can provoke inside JAX's constructors or
+# ours; they become FormatErrors that say where they happened.
+DECODE_ERRORS = (FormatError, ArithmeticError, LookupError, TypeError,
+                 RuntimeError, ValueError, AttributeError, AssertionError,
+                 *compat.JAX_VALIDATION_ERRORS)
+
+
+def describe_error(e: BaseException) -> str:
+  if isinstance(e, FormatError):
+    return str(e)
+  return f"invalid program ({type(e).__name__}: {e})"
+
 
 def _n_in(j) -> int:
   return len(j.jaxpr.invars if type(j) is compat.ClosedJaxpr else j.invars)

@@ -144,9 +144,14 @@ class Writer:
     self._closed: dict[int, int] = {}   # id(closed jaxpr) -> index
     self._depth = 0                     # jaxprs being encoded, nested
     self._contexts: dict[int, int] = {}
-    self._name_stacks: dict[Any, int] = {}
+    self._name_stacks: dict[tuple, int] = {}  # entries -> stack index
+    # `NameStackTable` columns: parents, kinds, names.
+    self._stack_columns: tuple[list[int], list[int], list[int]] = ([], [], [])
     self._name_stack_ids: dict[int, int] = {}
     self._param_sets: dict[Any, int] = {}
+    self._param_set_bytes: dict[tuple[str, bytes], int] = {}
+    self._eqn_kinds: dict[tuple[int, int, int, int], int] = {}
+    self.tree_nodes: dict[bytes, int] = {}  # PyTree bytes -> index
     self._primitive_names: dict[int, int] = {}   # id(primitive) -> string
     self._aval_ids: dict[int, int] = {}          # id(aval) -> aval index
     self._scope = None  # the symbolic scope of the program's dimensions
@@ -197,6 +202,16 @@ class Writer:
           self.primitive(prim))
     return index
 
+  def equation_kind(self, name: str, param_set: int, n_in: int,
+                    n_out: int) -> int:
+    key = (self.string(name), param_set, n_in, n_out)
+    index = self._eqn_kinds.get(key)
+    if index is None:
+      index = self._eqn_kinds[key] = len(self.msg.equation_kinds)
+      self.msg.equation_kinds.add(primitive=key[0], param_set=param_set,
+                                  num_invars=n_in, num_outvars=n_out)
+    return index
+
   def param_set(self, name: str, values: dict) -> int:
     """Index of an equation's params in the param-set table."""
     key = (name, tuple([(k, _value_key(v)) for k, v in values.items()]))
@@ -224,8 +239,15 @@ class Writer:
         finally:
           self.open_jaxpr_slot = outer_slot
       self._keepalive.append(values)  # `key` holds ids of its values
-      index = self._param_sets[key] = len(self.msg.param_sets)
-      self.msg.param_sets.append(message)
+      # Equal values that are distinct objects (two equal shardings) give
+      # equal bytes: store them once, as a reader shares them (see
+      # `params.decode_value`), so that a re-dump writes the same table.
+      encoded = (name, message.SerializeToString())
+      index = self._param_set_bytes.get(encoded)
+      if index is None:
+        index = self._param_set_bytes[encoded] = len(self.msg.param_sets)
+        self.msg.param_sets.append(message)
+      self._param_sets[key] = index
     return index
 
   def _encode_aval(self, aval, out) -> None:
@@ -375,23 +397,33 @@ class Writer:
 
   def name_stack(self, name_stack) -> int:
     index = self._name_stack_ids.get(id(name_stack))
-    if index is not None:
-      return index
-    self._keepalive.append(name_stack)
-    index = self._name_stacks.get(name_stack)
     if index is None:
-      message = pb.NameStack()
-      for entry in name_stack.stack:
-        if type(entry) is compat.NameScope:
-          kind = pb.NameStackKind["SCOPE"]
-        elif type(entry) is compat.NameTransform:
-          kind = pb.NameStackKind["TRANSFORM"]
-        else:
-          raise UnsupportedError(f"unknown name stack entry {entry!r}")
-        message.entries.add(kind=kind, name=self.string(entry.name))
-      index = self._name_stacks[name_stack] = len(self.msg.name_stacks)
-      self.msg.name_stacks.append(message)
-    self._name_stack_ids[id(name_stack)] = index
+      self._keepalive.append(name_stack)
+      index = self._name_stack_ids[id(name_stack)] = self._stack(
+          tuple(name_stack.stack))
+    return index
+
+  def _stack(self, entries: tuple) -> int:
+    """The index of the stack of `entries`, stored after its prefixes."""
+    n = len(entries)
+    while n and entries[:n] not in self._name_stacks:
+      n -= 1  # the longest prefix stored so far (0: none)
+    table = self._stack_columns
+    index = self._name_stacks.get(entries[:n]) if n else None
+    if not entries and index is None:  # the empty stack
+      index = self._name_stacks[()] = len(table[0])
+      table[0].append(0)
+      table[1].append(0)
+      table[2].append(0)
+    for m in range(n + 1, len(entries) + 1):
+      entry = entries[m - 1]
+      kind = _NAME_ENTRY_KINDS.get(type(entry))
+      if kind is None:
+        raise UnsupportedError(f"unknown name stack entry {entry!r}")
+      table[0].append(0 if index is None else index + 1)
+      table[1].append(kind)
+      table[2].append(self.string(entry.name))
+      index = self._name_stacks[entries[:m]] = len(table[0]) - 1
     return index
 
   # ------------------------------------------------------------ jaxprs
@@ -441,6 +473,9 @@ class Writer:
             f"metadata must map str to str; got {key!r}: {value!r}")
       msg.metadata.add(key=key, value=value)
     msg.root = self.closed_jaxpr(closed)
+    table = msg.name_stack_table
+    table.parents, table.kinds, table.names = (
+        np.asarray(column, "<u4").tobytes() for column in self._stack_columns)
     pytrees.encode_treedef(self, in_tree, msg.in_tree)
     pytrees.encode_treedef(self, out_tree, msg.out_tree)
     if self._scope is not None:
@@ -511,46 +546,45 @@ class _JaxprEncoder:
     for v in jaxpr.invars:
       self.bind(v)
       message.invars.append(w.aval(v.aval))
-    add_eqn = message.eqns.add
+    columns = _Columns(message.equations)
     for i, eqn in enumerate(jaxpr.eqns):
       try:
-        self.equation(eqn, add_eqn())
+        self.equation(i, eqn, columns)
       except UnsupportedError as e:
         # Errors from nested jaxprs pass here at every level, which builds
         # the path: "equation 3 (jit), param 'jaxpr': equation 0 (...), ...".
         raise UnsupportedError(
             f"equation {i} ({eqn.primitive.name}), {e}") from None
+    columns.pack()
     message.outvars.extend(self.atom(a) for a in jaxpr.outvars)
     self.effects(jaxpr.effects, message.effects)
     self.debug_info(jaxpr.debug_info, message.debug_info)
     message.is_high = jaxpr.is_high
     return message
 
-  def equation(self, eqn, out) -> None:
+  def equation(self, i: int, eqn, columns: "_Columns") -> None:
     w, env = self.w, self.env
     # The equation in the format's vocabulary (jaxpr_io/vocabulary.py).
     name, eqn_params = compat.ADAPTER.to_format(w.primitive(eqn.primitive),
                                                 eqn.params)
-    out.primitive = primitive = w.string(name)
-    invars = []
     for a in eqn.invars:
       number = env.get(a) if type(a) is compat.Var else None
-      invars.append(self.atom(a) if number is None else number)
-    out.invars[:] = invars
-    outvars = []
-    for position, v in enumerate(eqn.outvars):
-      outvars.append(w.aval(v.aval))
+      columns.invars.append(self.atom(a) if number is None else number)
+    outvars = columns.outvars
+    for v in eqn.outvars:
       if type(v) is compat.DropVar:
-        out.dropped.append(position)
+        columns.dropped.append(len(outvars))
         env[object()] = len(env)  # numbers a slot nobody can use
       else:
         self.bind(v)
-    out.outvars[:] = outvars
-    out.param_set = w.param_set(name, eqn_params)
+      outvars.append(w.aval(v.aval))
+    columns.kinds.append(w.equation_kind(
+        name, w.param_set(name, eqn_params), len(eqn.invars),
+        len(eqn.outvars)))
     if eqn.effects:
-      self.effects(eqn.effects, out.effects)
-    out.ctx = w.eqn_context(eqn.ctx)
-    out.name_stack = w.name_stack(eqn.source_info.name_stack)
+      self.effects(eqn.effects, columns.effects.add(equation=i).effects)
+    columns.contexts.append(w.eqn_context(eqn.ctx))
+    columns.name_stacks.append(w.name_stack(eqn.source_info.name_stack))
 
   def debug_info(self, info, out) -> None:
     w = self.w
@@ -567,6 +601,39 @@ class _JaxprEncoder:
       out.result_paths.extend(w.string(p) for p in paths)
 
 
+class _Columns:
+  """The `Equations` message `out` of one jaxpr: its columns are gathered
+  as Python lists and packed at the end; effects go to `out` directly."""
+
+  def __init__(self, out):
+    self.out = out
+    self.kinds: list[int] = []
+    self.invars: list[int] = []
+    self.outvars: list[int] = []
+    self.name_stacks: list[int] = []
+    self.contexts: list[int] = []
+    self.dropped: list[int] = []
+    self.effects = out.effects
+
+  def pack(self) -> None:
+    """Writes the gathered columns into `out`."""
+    out, refs = self.out, self.invars
+    if refs and not _INT32_MIN <= min(refs) <= max(refs) <= _INT32_MAX:
+      raise UnsupportedError(
+          "a jaxpr refers to more than 2**31 variables or arrays, more than "
+          "the format's int32 references hold")
+    out.kinds = np.asarray(self.kinds, "<u4").tobytes()
+    out.invars = np.asarray(refs, "<i4").tobytes()
+    out.outvars = np.asarray(self.outvars, "<u4").tobytes()
+    out.name_stacks = np.asarray(self.name_stacks, "<u4").tobytes()
+    out.contexts = np.asarray(self.contexts, "<u4").tobytes()
+    out.dropped = np.asarray(self.dropped, "<u4").tobytes()
+
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+_NAME_ENTRY_KINDS = {compat.NameScope: pb.NameStackKind["SCOPE"],
+                     compat.NameTransform: pb.NameStackKind["TRANSFORM"]}
 _SINGLETON_EFFECT_NAMES = {id(e): n for n, e in compat.SINGLETON_EFFECTS.items()}
 
 # Param values whose equality is their value; everything else (jaxprs,

@@ -18,6 +18,7 @@ from jax.extend import core as jex_core
 
 import jaxpr_io
 from jaxpr_io import container
+from tests import proto_edit
 from tests.roundtrip import assert_roundtrip
 
 
@@ -200,11 +201,12 @@ def test_check_runs_jax_type_checker():
   msg = jaxpr_io._proto.Program.FromString(c.program)
   # Make the output f64 while `add` still computes f32: structurally fine,
   # ill-typed.
-  out_aval = msg.jaxprs[0].eqns[0].outvars[0]
+  (eqn,) = proto_edit.equations(msg, 0)
   new_aval = msg.avals.add()
-  new_aval.CopyFrom(msg.avals[out_aval])
+  new_aval.CopyFrom(msg.avals[eqn.outvars[0]])
   new_aval.shaped_array.dtype.dtype = jaxpr_io._proto.DType["FLOAT64"]
-  msg.jaxprs[0].eqns[0].outvars[0] = len(msg.avals) - 1
+  eqn.outvars[0] = len(msg.avals) - 1
+  proto_edit.store(msg)
   bad = container.to_bytes(msg.SerializeToString(deterministic=True),
                            container.DataLayout())
   jaxpr_io.loads(bad)  # structure is valid

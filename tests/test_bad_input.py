@@ -40,6 +40,7 @@ import jaxpr_io
 from jaxpr_io import _proto as pb
 from jaxpr_io import container
 from jaxpr_io import dtypes as io_dtypes
+from tests import proto_edit
 from tests.hostile import varint
 
 FormatError = jaxpr_io.FormatError
@@ -105,6 +106,7 @@ def mutated(data: bytes, mutate) -> bytes:
   data section kept, and every checksum but the blobs' recomputed."""
   msg = message(data)
   mutate(msg)
+  proto_edit.store(msg)
   return reframe(msg, data_section(data))
 
 
@@ -253,12 +255,10 @@ def control_flow() -> bytes:
 
 def eqn_by_primitive(msg, name: str):
   """The first equation of `msg` that binds primitive `name`."""
-  index = list(msg.strings).index(name)
-  for jaxpr in msg.jaxprs:
-    for eqn in jaxpr.eqns:
-      if eqn.primitive == index:
-        return eqn
-  raise LookupError(name)
+  eqns = proto_edit.by_primitive(msg, name)
+  if not eqns:
+    raise LookupError(name)
+  return eqns[0]
 
 
 def params_of(msg, eqn):
@@ -748,7 +748,8 @@ def test_variable_used_before_bound():
   def mutate(m):
     root = root_jaxpr(m)
     n_bound = len(root.constvars) + len(root.invars)
-    root.eqns[0].invars[0] = n_bound
+    proto_edit.equations(m, m.closed_jaxprs[m.root].jaxpr)[0].invars[0] = \
+        n_bound
   assert_rejected(mutated(small(), mutate),
                   r"variable \d+ is used before it is bound")
 
@@ -760,12 +761,13 @@ def test_out_of_range_output_variable():
                   rf"outputs: variable {2**40} is used before it is bound")
 
 
-@pytest.mark.parametrize("ref", [-1000, -(2**63)])
+@pytest.mark.parametrize("ref", [-1000, -(2**31)])  # int32 references
 def test_out_of_range_literal(ref):
   def mutate(m):
     eqn_by_primitive(m, "mul").invars[1] = ref
   assert_rejected(mutated(small(), mutate),
-                  rf"array index {-ref - 1} is out of range")
+                  rf"equation \d+ \(mul\): literal reference {ref} is out "
+                  rf"of range \(array index {-ref - 1};")
 
 
 def test_reference_to_later_jaxpr():
@@ -831,12 +833,26 @@ def test_duplicate_metadata_key():
   assert_rejected(mutated(small(), mutate), r"metadata key 'k' appears twice")
 
 
-@pytest.mark.parametrize("dropped", [[1], [5], [2**32 - 1], [0, 0]])
+@pytest.mark.parametrize("dropped", [[1000], [2**32 - 1], [0, 0], [1, 0]])
 def test_dropped_position_out_of_range(dropped):
+  """Positions (into the jaxpr's flat outputs column) past its end,
+  repeated, or not ascending."""
   def mutate(m):
-    eqn_by_primitive(m, "sin").dropped.extend(dropped)
+    root = root_jaxpr(m)
+    root.equations.dropped = np.asarray(dropped, "<u4").tobytes()
   assert_rejected(mutated(small(), mutate),
-                  r"dropped-output positions are out of range or repeat")
+                  r"dropped-output positions are out of range, repeat or "
+                  r"are not ascending")
+
+
+def test_dropped_position_of_a_later_equation():
+  """An equation's position 1 is the next equation's output: dropping it
+  makes that variable unusable, and its use is refused."""
+  def mutate(m):
+    eqn_by_primitive(m, "sin").dropped.append(1)
+  assert_rejected(mutated(small(), mutate),
+                  r"equation \d+ \(\w+\): variable \d+ is a dropped output "
+                  r"and cannot be used")
 
 
 def test_use_of_dropped_output():
@@ -987,6 +1003,7 @@ def test_big_int_not_decimal():
 
 def test_in_tree_does_not_match_inputs():
   def mutate(m):
+    proto_edit.inline_trees(m)
     m.in_tree.children[0].children.add().kind = pb.PyTreeKind["LEAF"]
   assert_rejected(mutated(small(), mutate),
                   r"input signature has 2 leaves but the program takes 1")
@@ -994,6 +1011,7 @@ def test_in_tree_does_not_match_inputs():
 
 def test_out_tree_does_not_match_outputs():
   def mutate(m):
+    proto_edit.inline_trees(m)
     m.out_tree.kind = pb.PyTreeKind["LEAF"]
     del m.out_tree.children[:]
   assert_rejected(mutated(small(), mutate),
@@ -1002,6 +1020,7 @@ def test_out_tree_does_not_match_outputs():
 
 def test_unregistered_pytree_node():
   def mutate(m):
+    proto_edit.inline_trees(m)
     m.in_tree.kind = pb.PyTreeKind["CUSTOM"]
     m.in_tree.custom_name = "no.such.Node"
   assert_rejected(mutated(small(), mutate),
@@ -1011,12 +1030,14 @@ def test_unregistered_pytree_node():
 @pytest.mark.parametrize("kind", [0, 99])
 def test_unknown_pytree_kind(kind):
   def mutate(m):
+    proto_edit.inline_trees(m)
     m.out_tree.children[0].kind = kind
   assert_rejected(mutated(small(), mutate), rf"unknown pytree node kind {kind}")
 
 
 def test_pytree_dict_keys_and_children_differ():
   def mutate(m):
+    proto_edit.inline_trees(m)
     m.in_tree.children[1].keys.add().none.SetInParent()
   assert_rejected(mutated(small(), mutate), r"pytree dict has 1 keys and 0 "
                   r"children")
@@ -1195,14 +1216,17 @@ def _chain_of_jits(n: int, fanout: int = 1) -> bytes:
     params[jaxpr_param].value.closed_jaxpr = i - 1
     j = msg.jaxprs.add()
     j.invars.append(f32)
+    eqns = []
     for k in range(fanout):
-      eqn = j.eqns.add()
+      eqn = pb.Equation()
+      eqns.append(eqn)
       eqn.CopyFrom(jit_eqn)
       del eqn.invars[:]
       eqn.invars.append(k)   # the input, then the previous call's output
       del eqn.outvars[:]
       eqn.outvars.append(f32)
       set_params(msg, eqn, params)
+    jaxpr_io.equations.pack(msg, j, eqns)
     j.outvars.append(fanout)
     msg.closed_jaxprs.add().jaxpr = i
   msg.root = n - 1
@@ -1240,7 +1264,7 @@ def test_shared_subjaxpr_dag_does_not_hang():
   small jaxprs. Loading, the type check and the checksums must not walk
   every path."""
   data = _chain_of_jits(150, fanout=2)
-  assert len(data) < 50_000
+  assert len(data) < 64_000
   with deadline(10):
     try:
       load_fully(data)

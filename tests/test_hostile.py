@@ -30,10 +30,11 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import jaxpr_io
 from jaxpr_io.writer import MAX_JAXPR_DEPTH
+from tests import proto_edit
 from tests.hostile import (Enum, Rec, axis_type, craft, data_section, eqns,
                            fix_blob_crcs, frame, intern, message, param,
                            records, records_in, replace_string, root_jaxpr,
-                           run_child, set_value, varint)
+                           run_child, set_value)
 
 F32 = jnp.float32
 X4 = np.arange(1, 5, dtype=np.float32)
@@ -529,38 +530,24 @@ def test_bad_symbolic_constraint_is_a_format_error_fast(tmp_path,
 # ================================================ 8. many tiny equations
 
 
-def _length_delimited(field: int, payload: bytes) -> bytes:
-  return varint(field << 3 | 2) + varint(len(payload)) + payload
-
-
 def many_equations_file(target_bytes: int) -> bytes:
   """A program of one chain of `neg` equations, each on the previous one's
-  output, about `target_bytes` long. Written as raw protobuf: the
-  `Equation` messages differ only in their input variable."""
+  output, about `target_bytes` long: the columns of a traced `-x` repeated
+  (20 bytes an equation), the input column counting up."""
   base = message(jaxpr_io.dumps(jaxpr_io.trace(lambda x: -x, X4)))
-  assert len(base.jaxprs) == 1 and len(root_jaxpr(base).eqns) == 1
-  template = type(root_jaxpr(base).eqns[0])()
-  template.CopyFrom(root_jaxpr(base).eqns[0])
-  del template.invars[:]
-  rest = template.SerializeToString(deterministic=True)
-  head = type(root_jaxpr(base))()
-  head.CopyFrom(root_jaxpr(base))
-  del head.eqns[:]
-  del head.outvars[:]
-  del base.jaxprs[:]
-  program_head = base.SerializeToString(deterministic=True)
-  jaxpr_head = head.SerializeToString(deterministic=True)
-  chunks, size, k = [], len(program_head) + len(jaxpr_head) + 16, 0
-  while size < target_bytes:
-    # invars (field 2) is a packed sint64: variable k is zigzag 2k.
-    eqn = rest + _length_delimited(2, varint(2 * k))
-    chunk = _length_delimited(3, eqn)
-    chunks.append(chunk)
-    size += len(chunk)
-    k += 1
-  outvars = _length_delimited(4, varint(2 * k))
-  jaxpr = jaxpr_head + b"".join(chunks) + outvars
-  return frame(program_head + _length_delimited(10, jaxpr))
+  assert len(base.jaxprs) == 1
+  root = root_jaxpr(base)
+  cols = root.equations
+  n = max(1, (target_bytes - base.ByteSize()) // 20)
+  u32 = lambda column: np.frombuffer(column, "<u4")  # noqa: E731
+  assert len(u32(cols.kinds)) == 1 and len(root.invars) == 1
+  cols.kinds = np.repeat(u32(cols.kinds), n).tobytes()
+  cols.outvars = np.repeat(u32(cols.outvars), n).tobytes()
+  cols.name_stacks = np.repeat(u32(cols.name_stacks), n).tobytes()
+  cols.contexts = np.repeat(u32(cols.contexts), n).tobytes()
+  cols.invars = np.arange(n, dtype="<i4").tobytes()  # eqn k reads var k
+  root.outvars[:] = [n]
+  return frame(base.SerializeToString(deterministic=True))
 
 
 _MEMORY_CHILD = """
@@ -626,7 +613,7 @@ def nested_file(levels: int) -> bytes:
   def mutate(msg):
     outer_index = msg.closed_jaxprs[msg.root].jaxpr
     outer = msg.jaxprs[outer_index]
-    (jit_eqn,) = outer.eqns
+    (jit_eqn,) = proto_edit.equations(msg, outer_index)
     assert msg.strings[jit_eqn.primitive] == "jit"
     template = msg.param_sets[jit_eqn.param_set]
     below = msg.root                          # closed jaxpr of depth 2
@@ -637,7 +624,8 @@ def nested_file(levels: int) -> bytes:
       body.value.closed_jaxpr = below
       jaxpr = msg.jaxprs.add()
       jaxpr.CopyFrom(outer)
-      jaxpr.eqns[0].param_set = len(msg.param_sets) - 1
+      (eqn,) = proto_edit.equations(msg, len(msg.jaxprs) - 1)
+      eqn.param_set = len(msg.param_sets) - 1
       closed = msg.closed_jaxprs.add()
       closed.jaxpr = len(msg.jaxprs) - 1
       below = len(msg.closed_jaxprs) - 1

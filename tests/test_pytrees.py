@@ -27,6 +27,7 @@ from jaxpr_io import _proto as pb
 from jaxpr_io import container
 from jaxpr_io import pytrees
 from jaxpr_io import writer
+from tests import proto_edit
 from tests.roundtrip import assert_bit_identical, assert_roundtrip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -283,6 +284,7 @@ def _with_in_tree_node(prog, mutate) -> bytes:
   program, layout = writer.write(prog.closed_jaxpr, prog.in_tree,
                                  prog.out_tree, {})
   msg = pb.Program.FromString(program)
+  proto_edit.inline_trees(msg)
   mutate(msg, msg.in_tree.children[0].children[0])
   return container.to_bytes(msg.SerializeToString(deterministic=True), layout)
 

@@ -88,6 +88,14 @@ def custom_rules_grad(x):
   return jax.grad(custom_rules)(x)
 
 
+def layers(params, x):
+  with jax.named_scope("stack"):
+    for i, layer in enumerate(params):
+      with jax.named_scope(f"layer{i}"):
+        x = jnp.tanh(x @ layer["w"] + layer["b"])
+  return x
+
+
 CASES = {
     "mlp_constants": (closed_mlp, (_rng.randn(4, 6).astype(np.float32),), {}),
     "control_flow": (control_flow, (_rng.randn(5, 3).astype(np.float32),
@@ -100,6 +108,12 @@ CASES = {
     "custom_rules": (custom_rules, (_rng.randn(6).astype(np.float32),), {}),
     "custom_rules_grad": (custom_rules_grad,
                           (_rng.randn(6).astype(np.float32),), {}),
+    # From version 3: repeated pytree nodes (one `tree_nodes` entry for the
+    # three layers) and nested name scopes (the name stack table).
+    "layers": (layers, ([{"w": _rng.randn(4, 4).astype(np.float32),
+                          "b": _rng.randn(4).astype(np.float32)}
+                         for _ in range(3)],
+                        _rng.randn(2, 4).astype(np.float32)), {}),
 }
 
 

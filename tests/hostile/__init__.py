@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from jaxpr_io import _proto as pb
 from jaxpr_io import container
+from tests import proto_edit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -70,6 +71,7 @@ def craft(data: bytes, mutate: Callable, *, section: bytes | None = None
   (or `section`) is kept byte for byte, blob CRCs as the message says."""
   msg = message(data)
   mutate(msg)
+  proto_edit.store(msg)
   return frame(msg.SerializeToString(deterministic=True),
                data_section(data) if section is None else section)
 
@@ -103,8 +105,7 @@ def root_jaxpr(msg):
 
 def eqns(msg, primitive: str) -> list:
   """Every equation of `msg` that binds `primitive`, in table order."""
-  index = list(msg.strings).index(primitive)
-  return [e for j in msg.jaxprs for e in j.eqns if e.primitive == index]
+  return proto_edit.by_primitive(msg, primitive)
 
 
 def private_params(msg, eqn):

@@ -1,0 +1,56 @@
+"""Editing the equations of a `Program` message in tests that craft files.
+
+Version 3 stores a jaxpr's equations as columns (`Jaxpr.equations`); tests
+that edit one equation's fields work on `Equation` messages instead:
+`equations(msg, j)` unpacks jaxpr `j` once per message, edits go to the
+returned messages, and `store(msg)` packs every unpacked jaxpr back (the
+helpers that reframe a message call it). See `jaxpr_io.equations.unpack`.
+"""
+
+from __future__ import annotations
+
+from jaxpr_io import equations as _equations
+
+# id(Program message) -> (the message, {jaxpr index: its Equation messages}).
+_OPEN: dict[int, tuple] = {}
+
+
+def equations(msg, j: int) -> list:
+  """The editable `Equation` messages of jaxpr `j` of `msg`."""
+  _, unpacked = _OPEN.setdefault(id(msg), (msg, {}))
+  if j not in unpacked:
+    unpacked[j] = _equations.unpack(msg, msg.jaxprs[j])
+  return unpacked[j]
+
+
+def all_equations(msg) -> list:
+  """Every equation of `msg`, jaxpr by jaxpr, editable."""
+  return [e for j in range(len(msg.jaxprs)) for e in equations(msg, j)]
+
+
+def by_primitive(msg, name: str) -> list:
+  """Every equation of `msg` that binds `name`, editable."""
+  index = list(msg.strings).index(name)
+  return [e for e in all_equations(msg) if e.primitive == index]
+
+
+def store(msg) -> None:
+  """Packs the edited equations of `msg` back into its jaxprs."""
+  entry = _OPEN.pop(id(msg), None)
+  if entry is not None:
+    for j, eqns in entry[1].items():
+      _equations.pack(msg, msg.jaxprs[j], eqns)
+
+
+def inline_trees(msg) -> None:
+  """Rewrites `in_tree` and `out_tree` of `msg` with every shared node
+  (`PyTree.shared`) copied in place, and empties `tree_nodes`: the trees can
+  then be edited node by node. Version 3 readers accept inline trees."""
+  def expand(node):
+    if node.shared:
+      node.CopyFrom(msg.tree_nodes[node.shared - 1])
+    for child in node.children:
+      expand(child)
+  expand(msg.in_tree)
+  expand(msg.out_tree)
+  del msg.tree_nodes[:]
