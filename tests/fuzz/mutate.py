@@ -12,6 +12,8 @@ message's descriptors:
 
   scalar    a singular scalar field (set or not: proto3 has no presence)
   element   one element of a repeated scalar field
+  column    one integer of a version 3 column (a `bytes` field of
+            little-endian integers: `Equations.*`, `NameStackTable.*`)
   repeated  a repeated field as a whole (scalars or messages)
   message   a set singular sub-message field
   unset     an unset singular sub-message field (not in a oneof)
@@ -54,6 +56,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import zlib
+
+import numpy as np
 
 from google.protobuf import descriptor as pb_descriptor
 
@@ -110,7 +114,29 @@ _TABLE_OF = {
     ("Equation", "name_stack"): "name_stacks",
     ("Equation", "invars"): "atom",
     ("Jaxpr", "outvars"): "atom",
+    ("EquationKind", "primitive"): "strings",
+    ("EquationKind", "param_set"): "param_sets",
+    ("EquationEffects", "equation"): "equations",
+    ("PyTree", "shared"): "tree_nodes+1",
 }
+
+# Version 3 columns: `bytes` fields holding little-endian integers (their
+# dtype and the table their entries index). Besides byte-level edits, the
+# fuzzer edits their elements as integer fields (site kind "column").
+_COLUMNS = {
+    ("Equations", "kinds"): ("<u4", "equation_kinds"),
+    ("Equations", "invars"): ("<i4", "atom"),
+    ("Equations", "outvars"): ("<u4", "avals"),
+    ("Equations", "name_stacks"): ("<u4", "name_stacks"),
+    ("Equations", "contexts"): ("<u4", "eqn_contexts"),
+    ("Equations", "dropped"): ("<u4", "outvars"),
+    ("NameStackTable", "parents"): ("<u4", "name_stacks"),
+    ("NameStackTable", "kinds"): ("<u4", "entry_kinds"),
+    ("NameStackTable", "names"): ("<u4", "strings"),
+}
+# Column elements visited per column (a large column would crowd out the
+# other sites of its group otherwise).
+_COLUMN_SITES = 48
 
 _BOUNDARY = {
     _FD.TYPE_UINT32: [0, 1, 2, 2**31 - 1, 2**31, 2**32 - 1],
@@ -208,6 +234,15 @@ class _Index:
           self.roles.setdefault((msg.DESCRIPTOR.name, fd.name),
                                 set()).update(seq)
       elif oneof is None or msg.WhichOneof(oneof.name) == fd.name:
+        column = _COLUMNS.get((msg.DESCRIPTOR.name, fd.name))
+        if column is not None:
+          values = np.frombuffer(getattr(msg, fd.name)[
+              :len(getattr(msg, fd.name)) // 4 * 4], column[0])
+          self.roles.setdefault((msg.DESCRIPTOR.name, fd.name), set()).update(
+              values.tolist())
+          step = max(1, len(values) // _COLUMN_SITES)
+          self.sites.extend(Site("column", msg, fd, f"{name}[{i}]", i)
+                            for i in range(0, len(values), step))
         if fd.type in _RANGE:
           self.roles.setdefault((msg.DESCRIPTOR.name, fd.name), set()).add(
               getattr(msg, fd.name))
@@ -228,15 +263,32 @@ class Mutator:
 
   # ------------------------------------------------------------ values
   def _table_size(self, table: str) -> int:
+    m = self.msg
     if table in ("strings", "string+1"):
-      return len(self.msg.strings)
-    return len(getattr(self.msg, table))
+      return len(m.strings)
+    if table == "tree_nodes+1":
+      return len(m.tree_nodes) + 1
+    if table == "name_stacks":
+      return len(m.name_stack_table.parents) // 4 or len(m.name_stacks)
+    if table == "entry_kinds":
+      return 3
+    if table in ("equations", "outvars"):
+      return max((len(getattr(j.equations, "kinds" if table == "equations"
+                              else "outvars")) // 4 for j in m.jaxprs),
+                 default=0)
+    return len(getattr(m, table))
 
   def _int_value(self, site: Site, fd, current: int) -> int:
     rng = self.rng
-    lo, hi = _RANGE.get(fd.type, (0, 2**32 - 1))
     owner = site.owner.DESCRIPTOR.name
-    table = _TABLE_OF.get((owner, fd.name))
+    column = _COLUMNS.get((owner, fd.name)) if site.kind == "column" else None
+    if column is not None:
+      lo, hi = ((-(2**31), 2**31 - 1) if column[0] == "<i4"
+                else (0, 2**32 - 1))
+      table = column[1]
+    else:
+      lo, hi = _RANGE.get(fd.type, (0, 2**32 - 1))
+      table = _TABLE_OF.get((owner, fd.name))
     choices = ["boundary", "near", "flip", "small"]
     if table:
       choices += ["table"] * 4
@@ -368,6 +420,15 @@ class Mutator:
       new = self._scalar_value(site, fd, old)
       setattr(owner, fd.name, new)
       return f"set {site.path}: {_short(old)} -> {_short(new)}"
+    if site.kind == "column":
+      dtype = _COLUMNS[owner.DESCRIPTOR.name, fd.name][0]
+      data = getattr(owner, fd.name)
+      values = np.frombuffer(data[:len(data) // 4 * 4], dtype).copy()
+      old = int(values[site.index])
+      new = self._int_value(site, fd, old)
+      values[site.index] = new
+      setattr(owner, fd.name, values.tobytes() + data[len(data) // 4 * 4:])
+      return f"set {site.path}: {old} -> {new}"
     if site.kind == "element":
       seq = getattr(owner, fd.name)
       old = seq[site.index]
