@@ -11,10 +11,12 @@ Two measurements are made:
    It also compares the size of ``jaxpr_io.dumps`` with the size of
    ``jax.export``'s serialized artifact for the same function, and the time
    of ``jaxpr_io.loads`` with the time of constructing the same objects
-   without parsing (``construct``: every ``Var``, ``Literal``, ``JaxprEqn``,
-   ``Jaxpr`` and ``ClosedJaxpr``, sub-jaxprs included, built through the
-   constructors the reader uses, from plain Python lists prepared in
-   advance), against a target of loads <= 1.3x construct.
+   without parsing (``construct``: the avals, name stacks and their
+   ``SourceInfo``s, every ``Var``, ``Literal``, ``JaxprEqn``, ``Jaxpr`` and
+   ``ClosedJaxpr``, sub-jaxprs included, and the signature treedefs, built
+   through the constructors the reader uses from plain Python data prepared
+   in advance; param values, contexts and constants are shared, not
+   rebuilt), against a target of loads <= 1.3x construct.
 
 2. Lazy constants.  A small program closing over about ``--const-gib`` GiB of
    float32 numpy arrays is saved with ``jaxpr_io.save``.  The script reports
@@ -165,16 +167,38 @@ def print_comparison(name, times, base_name, base_times, target, nbytes=None):
 def construction_plan(data):
     """What rebuilding the program of ``data`` takes once parsing is done.
 
-    Reads ``data`` once with jaxpr_io's reader, then keeps, for each stored
-    jaxpr (sub-jaxprs before their users, as the reader builds them), plain
-    Python lists of what each equation needs: its primitive, where its
-    inputs come from (an earlier variable's number, or a literal's value and
-    type), its outputs' avals, its params dict (with a slot for each param
-    that holds a sub-jaxpr), its effects, source_info and context; and, for
-    each closed jaxpr, its jaxpr's number and constant values.
+    Reads ``data`` once with jaxpr_io's reader, then keeps plain Python
+    data for every object a load builds:
+
+    * the aval table, as (shape, dtype, weak_type, sharding and memory
+      space) for each ``ShapedArray`` that these rebuild (other avals are
+      kept as built);
+    * each name stack as its entries' (type, name) pairs;
+    * for each stored jaxpr (sub-jaxprs before their users, as the reader
+      builds them): each equation's primitive, where its inputs come from (an
+      earlier variable's number, or a literal's value and type), its
+      outputs' aval numbers, its params dict (with a slot for each param that
+      holds a sub-jaxpr), its effects, name stack number and context; and, for
+      each closed jaxpr, its jaxpr's number and constant values;
+    * the input and output signatures, as skeleton pytrees.
+
+    Param values, contexts and constants are kept as built: ``construct``
+    does not count them.
     """
     c = jaxpr_io.container.Container(data)
-    closed, _, _, msg, rd = jaxpr_io.reader.read(c, verify_blobs=False)
+    closed, in_tree, out_tree, msg, rd = jaxpr_io.reader.read(c, verify_blobs=False)
+    aval_plans = []
+    for aval in rd.avals:
+        if type(aval) is compat.ShapedArray:
+            kwargs = {"sharding": aval.sharding, "memory_space": aval.memory_space}
+            if aval == compat.ShapedArray(aval.shape, aval.dtype, aval.weak_type, **kwargs):
+                aval_plans.append((aval.shape, aval.dtype, aval.weak_type, kwargs))
+                continue
+        aval_plans.append(aval)
+    aval_number = {id(a): i for i, a in enumerate(rd.avals)}
+    stack_number = {id(info): i for i, info in enumerate(rd.source_infos)}
+    stack_plans = [tuple((type(e), e.name) for e in info.name_stack.stack)
+                   for info in rd.source_infos]
     slot_of = {}  # id(object the reader built) -> ("open", i) / ("closed", j)
     for i, j in enumerate(rd.jaxprs):
         slot_of[id(j)] = ("open", i)
@@ -201,47 +225,67 @@ def construction_plan(data):
     def atom_plan(ref, atom):
         if ref >= 0:
             return ref
-        return (atom.val, atom.aval)
+        return (atom.val, aval_number[id(atom.aval)])
 
     plans = []
     for i, (m, j) in enumerate(zip(msg.jaxprs, rd.jaxprs)):
         eqns = []
-        for e_msg, eqn in zip(m.eqns, j.eqns):
+        in_refs = iter(jaxpr_io.equations.columns_of(rd, m).invars.tolist())
+        for eqn in j.eqns:
             static, slots = param_plan(eqn.params)
             eqns.append((
                 eqn.primitive,
-                [atom_plan(r, a) for r, a in zip(e_msg.invars, eqn.invars)],
-                [(type(v) is compat.DropVar, v.aval) for v in eqn.outvars],
-                static, slots, eqn.effects, eqn.source_info, eqn.ctx))
+                [atom_plan(next(in_refs), a) for a in eqn.invars],
+                [(type(v) is compat.DropVar, aval_number[id(v.aval)])
+                 for v in eqn.outvars],
+                static, slots, eqn.effects, stack_number[id(eqn.source_info)],
+                eqn.ctx))
         plans.append((
-            [rd.avals[a] for a in m.constvars], [rd.avals[a] for a in m.invars], eqns,
+            list(m.constvars), list(m.invars), eqns,
             [atom_plan(r, a) for r, a in zip(m.outvars, j.outvars)],
             j.effects, j.debug_info, m.is_high, closed_after.get(i, [])))
     consts_of = {k: consts for k, _, consts in closed_plans}
-    return plans, consts_of, slot_of[id(closed)][1]
+    trees = tuple(t.unflatten([0] * t.num_leaves) for t in (in_tree, out_tree))
+    return (aval_plans, stack_plans, plans, consts_of, slot_of[id(closed)][1],
+            trees)
 
 
 def construct(plan):
-    """Builds every Var, Literal, JaxprEqn, Jaxpr and ClosedJaxpr of a program
-    from ``construction_plan``'s lists, through the constructors the reader
-    uses (jaxpr_io.compat): the cost of the objects, without any parsing."""
-    plans, consts_of, root = plan
+    """Builds every object a load of the program builds, from
+    ``construction_plan``'s plain data, through the constructors the reader
+    uses (jaxpr_io.compat): the avals; each name stack (each entry once) and
+    its ``SourceInfo``; every ``Var``, ``Literal``, ``JaxprEqn``, ``Jaxpr``
+    and ``ClosedJaxpr``; and the two signature treedefs. The cost of the
+    objects, without any parsing or checking."""
+    aval_plans, stack_plans, plans, consts_of, root, trees = plan
     Var, DropVar, Literal = compat.Var, compat.DropVar, compat.Literal
     # The reader's hot loop calls JaxprEqn itself, without compat.new_eqn.
     new_eqn, new_jaxpr, make_closed = compat.JaxprEqn, compat.new_jaxpr, compat.make_closed
+    shaped, new_stack, new_info = compat.ShapedArray, compat.NameStack, compat.SourceInfo
+    avals = [shaped(*a[:3], **a[3]) if type(a) is tuple else a for a in aval_plans]
+    entries = {}
+    source_infos = []
+    for stack in stack_plans:
+        built_entries = []
+        for entry in stack:
+            e = entries.get(entry)
+            if e is None:
+                e = entries[entry] = entry[0](entry[1])
+            built_entries.append(e)
+        source_infos.append(new_info(None, new_stack(tuple(built_entries))))
     built = {"open": [], "closed": {}}
 
     def resolve(slot):
         return built[slot[0]][slot[1]] if slot[0] != "static" else slot[1]
 
     for const_avals, in_avals, eqns, out_refs, effects, debug_info, is_high, closed in plans:
-        constvars = [Var(a) for a in const_avals]
-        invars = [Var(a) for a in in_avals]
+        constvars = [Var(avals[a]) for a in const_avals]
+        invars = [Var(avals[a]) for a in in_avals]
         env = constvars + invars
         new_eqns = []
-        for prim, in_refs, outs, params, slots, eqn_effects, source_info, ctx in eqns:
-            ins = [env[r] if type(r) is int else Literal(*r) for r in in_refs]
-            outvars = [DropVar(a) if dropped else Var(a) for dropped, a in outs]
+        for prim, in_refs, outs, params, slots, eqn_effects, stack, ctx in eqns:
+            ins = [env[r] if type(r) is int else Literal(r[0], avals[r[1]]) for r in in_refs]
+            outvars = [DropVar(avals[a]) if dropped else Var(avals[a]) for dropped, a in outs]
             env.extend(outvars)
             if slots:
                 params = dict(params)
@@ -249,13 +293,14 @@ def construct(plan):
                     params[key] = (resolve(slot) if seq_type is None
                                    else seq_type(resolve(s) for s in slot))
             new_eqns.append(new_eqn(ins, outvars, prim, params, eqn_effects,
-                                    source_info, ctx))
-        outvars = [env[r] if type(r) is int else Literal(*r) for r in out_refs]
+                                    source_infos[stack], ctx))
+        outvars = [env[r] if type(r) is int else Literal(r[0], avals[r[1]]) for r in out_refs]
         jaxpr = new_jaxpr(constvars, invars, outvars, new_eqns, effects, debug_info, is_high)
         built["open"].append(jaxpr)
         for k in closed:
             built["closed"][k] = make_closed(jaxpr, consts_of[k])
-    return built["closed"][root]
+    in_tree, out_tree = (jax.tree_util.tree_structure(t) for t in trees)
+    return built["closed"][root], in_tree, out_tree
 
 
 def bench_loads_vs_construct(data, repeats):
@@ -267,8 +312,10 @@ def bench_loads_vs_construct(data, repeats):
     for any code that builds them. The runs alternate, so both see the same
     machine load."""
     plan = construction_plan(data)
-    rebuilt = construct(plan)
-    assert str(rebuilt) == str(jaxpr_io.loads(data).closed_jaxpr), "construct differs"
+    rebuilt, in_tree, out_tree = construct(plan)
+    loaded = jaxpr_io.loads(data)
+    assert str(rebuilt) == str(loaded.closed_jaxpr), "construct differs"
+    assert (in_tree, out_tree) == (loaded.in_tree, loaded.out_tree), "construct differs"
     loads_times, construct_times = [], []
     was_enabled = gc.isenabled()
     gc.disable()
@@ -316,8 +363,12 @@ def young_collections(data, plan, runs=9):
 # decoded when an equation first uses them: they count in "jaxprs").
 LOADS_STAGES = (
     ("parse (protobuf)", (("parse_program", jaxpr_io.reader, "parse_program"),)),
-    ("tables (budget, avals)", (("charge_tables", jaxpr_io.reader.Reader, "charge_tables"),
-                                ("decode_avals", jaxpr_io.reader.Reader, "decode_avals"))),
+    ("tables (avals, names)", (("charge_tables", jaxpr_io.reader.Reader, "charge_tables"),
+                                ("decode_avals", jaxpr_io.reader.Reader, "decode_avals"),
+                                ("decode_name_stacks", jaxpr_io.reader.Reader,
+                                 "decode_name_stacks"),
+                                ("decode_contexts", jaxpr_io.reader.Reader,
+                                 "decode_contexts"))),
     ("jaxprs (equations)", (("build_jaxprs", jaxpr_io.reader.Reader, "build_jaxprs"),)),
     ("trees (signature)", (("decode_treedef", jaxpr_io.pytrees, "decode_treedef"),)),
 )
