@@ -225,8 +225,9 @@ def decode(decoder, cols: Columns) -> list:
   # error names the first equation it concerns).
   kinds = r.kinds
   i = k = None
+  used, first, counts = np.unique(kind_ids, return_index=True,
+                                  return_counts=True)
   try:
-    used, first = np.unique(kind_ids, return_index=True)
     for i, k in sorted(zip(first.tolist(), used.tolist())):
       if kinds[k] is None:
         resolve_kind(r, k)
@@ -262,9 +263,8 @@ def decode(decoder, cols: Columns) -> list:
 
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.
-  counts = np.bincount(kind_ids)
-  for k in np.flatnonzero(counts).tolist():
-    kind, count = kinds[k], int(counts[k])
+  for k, count in zip(used.tolist(), counts.tolist()):
+    kind = kinds[k]
     decoder.refs += kind.refs
     decoder.size += kind.weight * count
     for primitive, param in kind.drops:

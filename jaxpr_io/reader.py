@@ -525,16 +525,17 @@ class Reader:
           raise FormatError(f"param set {i}: param {key!r} appears twice")
         if (name, key) in skipped:
           continue
+        value = p.value
         try:
-          if p.value.WhichOneof("kind") == "param_codec":
+          if value.HasField("param_codec"):
             codec = registry.EQN_PARAM_CODECS.get((name, key))
             if codec is None:
               raise FormatError(f"{name!r} has no codec for param {key!r}")
             coded.append((codec, key, params.decode_value(
-                self, p.value.param_codec)))
+                self, value.param_codec)))
             values[key] = None
           else:
-            values[key] = params.decode_value(self, p.value)
+            values[key] = params.decode_value(self, value)
         except validate.DECODE_ERRORS as e:
           raise FormatError(f"param set {i}, param {key!r}: "
                             f"{validate.describe_error(e)}") from None
