@@ -405,16 +405,18 @@ class Writer:
 
   def _stack(self, entries: tuple) -> int:
     """The index of the stack of `entries`, stored after its prefixes."""
+    table = self._stack_columns
+    if not entries:  # the empty stack: no parent, no entry
+      index = self._name_stacks.get(())
+      if index is None:
+        index = self._name_stacks[()] = len(table[0])
+        for column in table:
+          column.append(0)
+      return index
     n = len(entries)
     while n and entries[:n] not in self._name_stacks:
       n -= 1  # the longest prefix stored so far (0: none)
-    table = self._stack_columns
-    index = self._name_stacks.get(entries[:n]) if n else None
-    if not entries and index is None:  # the empty stack
-      index = self._name_stacks[()] = len(table[0])
-      table[0].append(0)
-      table[1].append(0)
-      table[2].append(0)
+    index = self._name_stacks[entries[:n]] if n else None
     for m in range(n + 1, len(entries) + 1):
       entry = entries[m - 1]
       kind = _NAME_ENTRY_KINDS.get(type(entry))

@@ -342,3 +342,15 @@ def test_inline_trees_load_like_shared_ones():
   proto_edit.inline_trees(msg)
   loaded = jaxpr_io.loads(_reframe(msg, data))
   assert loaded.in_tree == prog.in_tree and loaded.out_tree == prog.out_tree
+
+
+def test_each_name_stack_is_stored_once():
+  """Equal stacks (JAX makes many equal empty ones) share one row."""
+  def f(x):
+    y = jax.lax.scan(lambda c, v: (c * v, jnp.sin(c)), 1.0, x)[1]
+    return jnp.sum(jnp.cos(y))
+  prog = _program(jax.grad(f), X)
+  msg = _message(jaxpr_io.dumps(prog))
+  rows = list(zip(*(np.frombuffer(getattr(msg.name_stack_table, c), "<u4")
+                    .tolist() for c in ("parents", "kinds", "names"))))
+  assert len(rows) == len(set(rows)) > 1
