@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import trust
 from jaxpr_io import validate
@@ -72,10 +73,12 @@ def columns_of(reader, jaxpr_msg) -> Columns:
                         "3 stores its equations in `equations`")
     m = jaxpr_msg.equations
     effects: dict[int, Any] = {}
+    last = -1
     for e in m.effects:
-      if e.equation in effects or (effects and e.equation < max(effects)):
+      if e.equation <= last:
         raise FormatError(f"the effects of equation {e.equation} are not in "
                           "ascending order or repeat")
+      last = e.equation
       if not e.effects:
         raise FormatError(f"equation {e.equation} has an empty effects entry")
       effects[e.equation] = e.effects
@@ -253,9 +256,9 @@ def decode(decoder, cols: Columns) -> list:
   try:
     for i, messages in cols.effects.items():
       e = eqns[i]
-      bound = env[:int(first_out[i])]
+      bound = int(first_out[i])  # variables its effects may name
       eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params,
-                        {r.effect(m, bound) for m in messages},
+                        {r.effect(m, env, bound) for m in messages},
                         e.source_info, e.ctx)
   except validate.DECODE_ERRORS as error:
     raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): "
@@ -305,8 +308,6 @@ def unpack(program_msg, jaxpr_msg) -> list:
   one-message-per-equation form of versions 1-2), for inspecting or editing
   a file at the protobuf level; `pack` stores them back. Trusts its input:
   run it only on files that load."""
-  # Local import: the generated classes are only needed here.
-  from jaxpr_io import _proto as pb  # pylint: disable=import-outside-toplevel
   m = jaxpr_msg.equations
   kinds, refs, outs, stacks, contexts, dropped = (
       np.frombuffer(getattr(m, f), dt).tolist() for f, dt in (

@@ -391,6 +391,13 @@ class TreeMemo:
   def height(self, node: Node) -> int:
     return self.heights.get(id(node), 0)
 
+  def reuse(self, node: Node, depth: int) -> Node:
+    """`node`, read before, met again at `depth`: validated where it was
+    first met, only its depth here is new."""
+    if depth + self.height(node) > MAX_DEPTH:
+      raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
+    return node
+
 
 def _read(r, msg, depth: int, memo: TreeMemo, limit: int | None = None
           ) -> Node:
@@ -408,10 +415,7 @@ def _read(r, msg, depth: int, memo: TreeMemo, limit: int | None = None
     key = msg.SerializeToString()
     node = memo.by_bytes.get(key)
     if node is not None:
-      # Validated where it was first met; only its depth here is new.
-      if depth + memo.height(node) > MAX_DEPTH:
-        raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
-      return node
+      return memo.reuse(node, depth)
     node = memo.by_bytes[key] = _read_node(r, msg, depth, memo, limit)
   memo.heights[id(node)] = 1 + max(memo.height(c) for c in node.children)
   return node
@@ -435,10 +439,8 @@ def _read_shared(r, msg, depth: int, memo: TreeMemo, limit: int | None
     if entry.shared:
       raise FormatError(f"shared pytree node {i} refers to another")
     node = memo.nodes[i] = _read(r, entry, depth, memo, limit=i)
-  elif depth + memo.height(node) > MAX_DEPTH:
-    # Validated where it was first met; only its depth here is new.
-    raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
-  return node
+    return node
+  return memo.reuse(node, depth)
 
 
 def _read_node(r, msg, depth: int, memo: TreeMemo, limit: int | None

@@ -639,7 +639,9 @@ class Reader:
     counted (what a recursive walk such as JAX's type checker visits)."""
     return self.sizes[self.msg.closed_jaxprs[self.msg.root].jaxpr]
 
-  def effect(self, m, env):
+  def effect(self, m, env, bound: int | None = None):
+    """The effect of message `m`; an input effect may name the first
+    `bound` variables of `env` (all of them by default)."""
     name = self.string(m.name)
     singleton = compat.SINGLETON_EFFECTS.get(name)
     if singleton is not None:
@@ -654,7 +656,8 @@ class Reader:
           and type(payload[1]) is int):
         if payload[0] == "position":
           return cls(payload[1])
-        if payload[0] == "var" and 0 <= payload[1] < len(env):
+        if payload[0] == "var" and 0 <= payload[1] < (
+            len(env) if bound is None else bound):
           return cls(env[payload[1]])
       raise FormatError(f"effect {name!r} has a bad payload {payload!r}")
     raise FormatError(f"unknown effect {name!r}")
