@@ -69,8 +69,9 @@ def columns_of(reader, jaxpr_msg) -> Columns:
   """The columns of a jaxpr message of any format version."""
   if reader.msg.format_version >= 3:
     if jaxpr_msg.eqns:
-      raise FormatError("a version 3 jaxpr stores `eqns` messages; version "
-                        "3 stores its equations in `equations`")
+      raise FormatError(f"a version {reader.msg.format_version} jaxpr "
+                        "stores `eqns` messages; from version 3 on, its "
+                        "equations are in `equations`")
     m = jaxpr_msg.equations
     effects: dict[int, Any] = {}
     last = -1

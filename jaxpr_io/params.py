@@ -369,6 +369,15 @@ def register_value_encoder(cls: type, encoder: Encoder) -> None:
   ENCODERS[cls] = encoder
 
 
+def register_value_decoder(kind: str, decoder) -> None:
+  """The decoder of `Value` kind `kind` for an encoder registered with
+  `register_value_encoder` by a module that builds on this one."""
+  if kind in DECODERS:
+    raise ValueError(f"Value kind {kind!r} already has the decoder "
+                     f"{DECODERS[kind].__name__}")
+  DECODERS[kind] = decoder
+
+
 def _describe(v) -> str:
   t = type(v)
   return f"{t.__module__}.{t.__qualname__}"
@@ -423,7 +432,7 @@ def decode_value(r, msg, depth: int = 0):
   return value
 
 
-_SHARED_KINDS = frozenset({"tuple", "record"})
+_SHARED_KINDS = frozenset({"tuple", "record", "treedef"})
 _MISSING = object()
 
 

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import jax
 
+from jaxpr_io import checks
 from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io import pytrees
@@ -246,11 +247,16 @@ def _check(program: Program, source: str) -> None:
   rule, sub-jaxprs included), prints the program, serializes it again, and
   lowers and compiles it for this process's default backend (a program with
   symbolic dimensions is exported with `jax.export` instead, as it cannot be
-  compiled before its shapes are known). A failure in any step is a
+  compiled before its shapes are known; one with `checkify.check`s is
+  compiled under `checkify.checkify`, as it must be called). A failure in
+  any step is a
   `FormatError` naming the step: the file is not a program this process can
   run."""
   closed = program.closed_jaxpr
   fun = compat.jaxpr_as_fun(closed)
+  if checks.has_checks(closed.jaxpr):
+    # `checkify.check`s compile only functionalized, as in the original.
+    fun = checks.functionalized(fun)
   args = [_abstract_arg(a) for a in closed.in_avals]
   steps = (
       ("does not type-check", lambda: compat.check_jaxpr(closed.jaxpr)),

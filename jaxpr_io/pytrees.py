@@ -251,6 +251,8 @@ def _is_plain_data(v, depth: int) -> bool:
       return False
   if t in registry.ENUMS.by_key:
     return True
+  if t is compat_pytrees.PyTreeDef:
+    return _exact_problem(v) is None
   if t in registry.RECORDS.by_key:
     codec = registry.RECORDS.by_name[registry.RECORDS.by_key[t]]
     try:
@@ -311,6 +313,58 @@ def _write_key(w, key, out) -> None:
     out.sequence_index = key.idx
   else:
     out.flattened_index = key.key
+
+
+# --------------------------------------------------- treedefs as params
+# A `PyTreeDef` param (`composite`'s attributes, the `tree` of a ref's
+# `get`/`swap`, checkify's error trees) is stored as a signature is, in a
+# `Value.treedef` (version 4), but it must come back exactly: a plain
+# container standing in for a missing type would change what the primitive
+# does. So every GENERIC node must have its auxdata stored (checked when
+# writing) and be re-bound to its type (checked when reading).
+def _exact_problem(treedef) -> str | None:
+  """Why `treedef` cannot be stored exactly, or None."""
+  try:
+    node = _node_of(treedef, 0)
+  except UnsupportedError as e:
+    return str(e)
+  stack = [node]
+  while stack:
+    n = stack.pop()
+    if n.kind == "generic" and not n.has_auxdata:
+      return (f"the auxdata of its node type {n.type_name} is not plain "
+              "data")
+    stack.extend(n.children)
+  return None
+
+
+def encode_treedef_value(w, v, out, depth):
+  del depth
+  problem = _exact_problem(v)
+  if problem is not None:
+    raise UnsupportedError(f"the treedef param {v} cannot be stored "
+                           f"exactly: {problem}"[:600])
+  _write(w, _node_of(v, 0), out.treedef)
+
+
+def decode_treedef_value(r, msg, depth):
+  del depth
+  if r.msg.format_version < 4:
+    raise FormatError("a treedef param value in a file before version 4")
+  node = _read(r, msg.treedef, 0, r.tree_memo)
+  fallbacks: list[tuple[tuple, str, str]] = []
+  treedef = _build(node, (), fallbacks)
+  if fallbacks:
+    path, type_name, reason = fallbacks[0]
+    raise FormatError(
+        f"a treedef param needs the pytree node type {type_name} "
+        f"(at {display_path(path) or 'its root'}), which cannot be used "
+        f"here: {reason}; import the module that defines it before loading")
+  return treedef
+
+
+params.register_value_encoder(compat_pytrees.PyTreeDef, encode_treedef_value)
+params.register_value_decoder("treedef", decode_treedef_value)
 
 
 # ------------------------------------------------------------------ reading
@@ -387,6 +441,10 @@ class TreeMemo:
     self.by_bytes: dict[bytes, Node] | None = (
         {} if program_msg.format_version < 3 else None)
     self.heights: dict[int, int] = {}  # id(node) -> height, nodes with children
+    # Table entries being read: a treedef param in a node's auxdata may
+    # refer to any entry, so a file could make two entries refer to each
+    # other (version 4).
+    self.reading: set[int] = set()
 
   def height(self, node: Node) -> int:
     return self.heights.get(id(node), 0)
@@ -438,7 +496,14 @@ def _read_shared(r, msg, depth: int, memo: TreeMemo, limit: int | None
     entry = memo.table[i]
     if entry.shared:
       raise FormatError(f"shared pytree node {i} refers to another")
-    node = memo.nodes[i] = _read(r, entry, depth, memo, limit=i)
+    if i in memo.reading:
+      raise FormatError(f"shared pytree node {i} contains itself (through "
+                        "a treedef in its auxdata)")
+    memo.reading.add(i)
+    try:
+      node = memo.nodes[i] = _read(r, entry, depth, memo, limit=i)
+    finally:
+      memo.reading.discard(i)
     return node
   return memo.reuse(node, depth)
 

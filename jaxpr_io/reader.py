@@ -242,6 +242,8 @@ class Reader:
     kind = m.WhichOneof("kind")
     if kind == "token":
       return compat.abstract_token
+    if kind == "ref":
+      return self._decode_ref(m.ref)
     if kind != "shaped_array":
       raise FormatError(f"aval of unknown kind {kind!r}")
     sa = m.shaped_array
@@ -280,6 +282,30 @@ class Reader:
       return compat.ShapedArray(tuple(shape), dtype, sa.weak_type, **kwargs)
     except (TypeError, ValueError, AssertionError) as e:
       raise FormatError(f"aval cannot be rebuilt: {e}") from None
+
+  def _decode_ref(self, m):
+    if self.msg.format_version < 4:
+      raise FormatError("a ref aval in a file before version 4")
+    # Avals refer only to earlier ones: `self.avals` holds exactly those.
+    if m.inner_aval >= len(self.avals):
+      raise FormatError(f"a ref's inner aval {m.inner_aval} does not come "
+                        "before it")
+    inner = self.avals[m.inner_aval]
+    if type(inner) is not compat.ShapedArray:
+      raise FormatError(f"a ref's inner aval is a {type(inner).__name__}, "
+                        "not an array type")
+    memory_space = (params.decode_value(self, m.memory_space)
+                    if m.HasField("memory_space") else None)
+    kind = params.decode_value(self, m.kind) if m.HasField("kind") else None
+    for what, value in (("memory space", memory_space), ("kind", kind)):
+      if value is not None and type(value) not in registry.ENUMS.by_key \
+          and type(value) not in registry.RECORDS.by_key:
+        raise FormatError(f"a ref's {what} {value!r:.80} is not None or a "
+                          "registered enum member or record")
+    try:
+      return compat.AbstractRef(inner, memory_space, kind)
+    except (TypeError, ValueError) as e:
+      raise FormatError(f"ref aval cannot be rebuilt: {e}") from None
 
   def dim(self, text: str):
     """The symbolic dimension `text`, in the program's one scope."""
@@ -474,8 +500,9 @@ class Reader:
             tuple(self._name_entry(e.kind, e.name) for e in m.entries)))
       return
     if self.msg.name_stacks:
-      raise FormatError("a version 3 file stores `name_stacks` messages; "
-                        "version 3 stores a `name_stack_table`")
+      raise FormatError(f"a version {self.msg.format_version} file stores "
+                        "`name_stacks` messages; from version 3 on, name "
+                        "stacks are in `name_stack_table`")
     table = self.msg.name_stack_table
     parents, kinds, names = (equations.column(table, field, "<u4")
                              for field in ("parents", "kinds", "names"))
@@ -650,6 +677,9 @@ class Reader:
                if m.HasField("payload") else None)
     if name == "jax.NamedAxisEffect":
       return compat.NamedAxisEffect(payload)
+    codec = registry.EFFECTS.by_name.get(name)
+    if codec is not None:
+      return codec.decode(payload)
     cls = compat.INPUT_EFFECTS.get(name)
     if cls is not None:
       if (type(payload) is tuple and len(payload) == 2

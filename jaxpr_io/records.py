@@ -355,6 +355,52 @@ def decode_manual_axis_type(fields):
                                reduced=reduced)
 
 
+def _int_tuple(record: str, name: str, value) -> tuple:
+  if type(value) is not tuple or not all(_is_int(v) and v >= 0 for v in value):
+    raise FormatError(f"{record}: {name} {value!r} is not a tuple of "
+                      "dimension numbers"[:500])
+  return value
+
+
+def encode_ragged_dot_dimension_numbers(dn) -> tuple:
+  """Fields: (dot_dimension_numbers: ((lhs_contracting, rhs_contracting),
+  (lhs_batch, rhs_batch)), lhs_ragged_dimensions, rhs_group_dimensions),
+  each innermost entry a tuple of dimension numbers."""
+  return (dn.dot_dimension_numbers, dn.lhs_ragged_dimensions,
+          dn.rhs_group_dimensions)
+
+
+def decode_ragged_dot_dimension_numbers(fields):
+  record = "jax.lax.RaggedDotDimensionNumbers"
+  dot, ragged, group = _fields(record, fields, (
+      "dot_dimension_numbers", "lhs_ragged_dimensions",
+      "rhs_group_dimensions"))
+  if type(dot) is not tuple or len(dot) != 2 or not all(
+      type(pair) is tuple and len(pair) == 2 for pair in dot):
+    raise FormatError(f"{record}: dot_dimension_numbers {dot!r} is not "
+                      "((contracting, contracting), (batch, batch))"[:500])
+  for pair in dot:
+    for dims in pair:
+      _int_tuple(record, "dot_dimension_numbers", dims)
+  return compat.RaggedDotDimensionNumbers(
+      dot, _int_tuple(record, "lhs_ragged_dimensions", ragged),
+      _int_tuple(record, "rhs_group_dimensions", group))
+
+
+def encode_hashable_array(value) -> tuple:
+  """Fields: (val: numpy array). JAX's read-only array wrapper for array
+  attributes (`lax.composite`)."""
+  return (value.val,)
+
+
+def decode_hashable_array(fields):
+  (val,) = _fields("jax.HashableArray", fields, ("val",))
+  if type(val) is not np.ndarray:
+    raise FormatError(f"jax.HashableArray: val is a {type(val).__name__}, "
+                      "not a numpy array")
+  return compat.HashableArray(val)
+
+
 _CODECS = (
     (compat.PRNGImpl, "jax.random.PRNGImpl", encode_prng_impl,
      decode_prng_impl),
@@ -374,6 +420,11 @@ _CODECS = (
     (compat.ManualAxisType, "jax.ManualAxisType", encode_manual_axis_type,
      decode_manual_axis_type),
     (compat.Device, "jax.Device", encode_device, decode_device),
+    # Added in format version 4.
+    (compat.RaggedDotDimensionNumbers, "jax.lax.RaggedDotDimensionNumbers",
+     encode_ragged_dot_dimension_numbers, decode_ragged_dot_dimension_numbers),
+    (compat.HashableArray, "jax.HashableArray", encode_hashable_array,
+     decode_hashable_array),
 )
 for _cls, _name, _encode, _decode in _CODECS:
   register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

@@ -137,6 +137,36 @@ def register_named_tuple(cls: type, *, name: str) -> None:
                        decode=lambda fields: cls(*fields))
 
 
+# ------------------------------------------------------------ effects
+class EffectCodec:
+  """How instances of one effect type map to a payload value and back."""
+
+  __slots__ = ("cls", "name", "encode", "decode")
+
+  def __init__(self, cls: type, name: str, encode, decode):
+    self.cls = cls
+    self.name = name
+    self.encode = encode
+    self.decode = decode
+
+  def __repr__(self):
+    return f"the effect codec {self.name!r}"
+
+
+EFFECTS: Registry[type] = Registry("effect type")
+
+
+def register_effect_codec(cls: type, *, name: str,
+                          encode: Callable[[Any], Any],
+                          decode: Callable[[Any], Any]) -> None:
+  """Makes effects of exactly type `cls` storable, under `name`.
+
+  `encode(effect)` returns a storable value (the `Effect.payload`);
+  `decode(payload)` rebuilds the effect and raises FormatError for a payload
+  it does not accept."""
+  EFFECTS.add(cls, name, EffectCodec(cls, name, encode, decode))
+
+
 # ------------------------------------------------- per-param codecs
 class EqnParamCodec:
   """How one (primitive, param) pair whose value is not plain data is stored.

@@ -199,16 +199,18 @@ class _Blank:
     return ""
 
 
-def _check_format_arguments(fmt: str, in_tree) -> None:
+def _check_format_arguments(fmt: str, in_tree,
+                            what: str = "debug_print") -> None:
   """Every field of `fmt` names an argument the equation passes, as
-  jax.debug.print checks when it traces (the file may have changed either)."""
+  jax.debug.print checks when it traces (the file may have changed either).
+  `in_tree` is the treedef of (args, kwargs)."""
   if in_tree is None:
     return
   try:
     args, kwargs = in_tree.unflatten([_Blank()] * in_tree.num_leaves)
     fmt.format(*args, **kwargs)
   except (IndexError, KeyError, TypeError, ValueError) as e:
-    raise FormatError(f"debug_print's format string {fmt[:60]!r} does not "
+    raise FormatError(f"{what}'s format string {fmt[:60]!r} does not "
                       f"fit its arguments: {type(e).__name__}: {e}") from None
 
 
@@ -252,11 +254,25 @@ def _screen_debug_print(name: str, params: dict, screen: Screen) -> dict:
   return params
 
 
+def _screen_check(name: str, params: dict, screen: Screen) -> dict:
+  # checkify formats a failed check's message with its payload when the
+  # error is raised.
+  del name
+  if screen.trusted:
+    return params
+  from jaxpr_io import checks  # pylint: disable=g-import-not-at-top
+  for fmt, payload_tree in checks.failed_check_formats(params["err_tree"]):
+    check_format_string(fmt)
+    _check_format_arguments(fmt, payload_tree, what="checkify.check")
+  return params
+
+
 SCREENS: dict[str, Callable[[str, dict, Screen], dict]] = {
     "jit": _screen_jit,
     "pjit": _screen_jit,
     "ffi_call": _screen_ffi_call,
     "debug_print": _screen_debug_print,
+    "check": _screen_check,
 }
 
 POLICIES: tuple[Policy, ...] = (
@@ -282,6 +298,9 @@ POLICIES: tuple[Policy, ...] = (
            "fields are names or positions only (no attribute access or "
            "indexing), width <= {max_width}, precision <= {max_precision}, "
            "no nested fields", "not validated"),
+    Policy("`check` (checkify) error messages", "validated",
+           "the format string of each failed check: as `debug_print`'s "
+           "`fmt`, and it must fit the check's payload", "not validated"),
     Policy("`debug_print` `np_printoptions`", "validated",
            "known numpy print options with bounded values only",
            "not validated"),

@@ -58,6 +58,7 @@ OPTIONAL_PARAMS: dict[str, dict[str, tuple[object, tuple[int, int]]]] = {
     "top_k": {"is_stable": (True, (0, 11))},
     "reduce_max": {"out_sharding": (None, (0, 11))},
     "reduce_min": {"out_sharding": (None, (0, 11))},
+    "new_ref": {"pin": (False, (0, 11))},
 }
 
 

@@ -255,10 +255,22 @@ class Writer:
     if t is compat.AbstractToken:
       out.token.SetInParent()
       return
+    if t is compat.AbstractRef:
+      inner = aval.inner_aval
+      if type(inner) is not compat.ShapedArray:
+        raise UnsupportedError(f"a ref to a value of type {inner} cannot be "
+                               "stored (refs to arrays can)")
+      ref = out.ref
+      ref.inner_aval = self.aval(inner)  # interned first: a smaller index
+      if aval.memory_space is not None:
+        params.encode_value(self, aval.memory_space, ref.memory_space)
+      if aval.kind is not None:
+        params.encode_value(self, aval.kind, ref.kind)
+      return
     if t is not compat.ShapedArray:
       raise UnsupportedError(
           f"abstract value {aval} of type {t.__name__} cannot be stored "
-          "(ShapedArray and AbstractToken can)")
+          "(ShapedArray, AbstractRef and AbstractToken can)")
     sa = out.shaped_array
     for d in aval.shape:
       if type(d) is int:
@@ -521,6 +533,9 @@ class _JaxprEncoder:
     t = type(effect)
     if t is compat.NamedAxisEffect:
       return "jax.NamedAxisEffect", effect.name
+    name = registry.EFFECTS.by_key.get(t)
+    if name is not None:
+      return name, registry.EFFECTS.by_name[name].encode(effect)
     name = _INPUT_EFFECT_NAMES.get(t)
     if name is not None:
       if isinstance(effect.input, int):

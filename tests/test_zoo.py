@@ -1,6 +1,8 @@
-"""Issue 3's zoo: real programs (Flax Linen and NNX, Equinox, optax, ODE
+"""The zoos: real programs (Flax Linen and NNX, Equinox, optax, ODE
 integration, linear algebra, attention, mixed precision, remat policies,
-sharding on 8 CPU devices) saved and loaded, in this process and in a fresh
+sharding on 8 CPU devices; tests/zoo2.py: a ragged mixture of experts,
+`lax.composite`, BCOO and BCSR sparse matrices, refs and `run_state`) saved
+and loaded, in this process and in a fresh
 one that does not import the model code.
 
 The loaded program must print like the original, re-dump to the same bytes,
@@ -21,9 +23,16 @@ import numpy as np
 import pytest
 
 import jaxpr_io
+from jaxpr_io import compat
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome, ones_like, scalar)
-from tests.zoo import ZOO
+from tests.zoo import ZOO as ZOO1
+from tests.zoo2 import ZOO2
+
+# Both zoos, tested alike: the first (issue 3) and the second, of the parts
+# of JAX the first leaves out (issue 12).
+ZOO = {**ZOO1, **ZOO2}
+assert len(ZOO) == len(ZOO1) + len(ZOO2), "zoo names must be unique"
 
 
 @pytest.fixture(scope="module", params=sorted(ZOO))
@@ -88,7 +97,10 @@ FRESH = textwrap.dedent("""
     for name in json.load(open(workdir + "/names.json")):
       prog = jaxpr_io.load(f"{workdir}/{name}.jaxpr", check=True)
       data = np.load(f"{workdir}/{name}.in.npz")
-      flat = [data[f"arg{i}"] for i in range(len(data.files))]
+      keys = json.load(open(f"{workdir}/{name}.keys.json"))  # typed PRNG keys
+      flat = [jax.random.wrap_key_data(data[f"arg{i}"], impl=keys[str(i)])
+              if str(i) in keys else data[f"arg{i}"]
+              for i in range(len(data.files))]
       args, kwargs = jax.tree_util.tree_unflatten(prog.in_tree, flat)
       out = jax.tree_util.tree_leaves(jax.jit(prog)(*args, **kwargs))
       try:  # grad of the summed outputs w.r.t. the first argument
@@ -115,8 +127,13 @@ def test_zoo_in_a_fresh_process(tmp_path):
     prog = jaxpr_io.trace(fn, *args, **kwargs)
     jaxpr_io.save(tmp_path / f"{name}.jaxpr", prog)
     flat = jax.tree_util.tree_leaves((args, kwargs))
+    keys = {str(i): str(jax.random.key_impl(a)) for i, a in enumerate(flat)
+            if compat.is_key_array(a)}
+    (tmp_path / f"{name}.keys.json").write_text(json.dumps(keys))
     np.savez(tmp_path / f"{name}.in.npz",
-             **{f"arg{i}": np.asarray(a) for i, a in enumerate(flat)})
+             **{f"arg{i}": np.asarray(jax.random.key_data(a) if str(i) in keys
+                                      else a)
+                for i, a in enumerate(flat)})
     outs = jax.tree_util.tree_leaves(jax.jit(prog)(*args, **kwargs))
     try:
       outs += jax.tree_util.tree_leaves(jax.jit(jax.grad(

@@ -24,6 +24,10 @@ from jax._src import mesh as mesh_lib
 from jax._src import named_sharding
 from jax._src import partition_spec
 from jax._src import source_info_util
+from jax._src.state import types as state_types
+from jax._src import checkify as jax_checkify
+from jax._src import hashable_array
+from jax.experimental.sparse import util as sparse_util
 from jax._src import linear_util as lu
 from jax._src.export import _export as export_internal
 from jax._src.lax import convolution
@@ -59,6 +63,12 @@ Literal = core.Literal
 Primitive = core.Primitive
 ShapedArray = core.ShapedArray
 AbstractToken = core.AbstractToken
+AbstractRef = state_types.AbstractRef
+# checkify's effect: a class of jax._src.checkify in 0.10, of
+# jax._src.effects from 0.11 on (re-exported by checkify).
+ErrorEffect = jax_checkify.ErrorEffect
+RaggedDotDimensionNumbers = lax_internal.RaggedDotDimensionNumbers
+HashableArray = hashable_array.HashableArray
 abstract_token = core.abstract_token
 DebugInfo = lu.DebugInfo
 MemorySpace = core.MemorySpace
@@ -222,6 +232,11 @@ PRIMITIVE_MODULES = (
     "jax._src.shard_map", "jax._src.state.discharge",
     "jax._src.state.primitives", "jax._src.cudnn.fused_attention_stablehlo",
     "jax._src.cudnn.scaled_matmul_stablehlo", "jax._src.xla_metadata",
+    "jax._src.checkify", "jax._src.shard_alike",  # shard_alike: before 0.12
+    "jax.experimental.sparse._lowerings", "jax.experimental.sparse.api",
+    "jax.experimental.sparse.bcoo", "jax.experimental.sparse.bcsr",
+    "jax.experimental.sparse.coo", "jax.experimental.sparse.csr",
+    "jax.experimental.sparse.linalg",
 )
 
 # Serialized primitive names written by older JAX releases -> today's name.
@@ -290,6 +305,8 @@ NAMED_TUPLES: dict[str, type] = {
     "jax.lax.ScatterDimensionNumbers": slicing.ScatterDimensionNumbers,
     "jax.lax.ConvDimensionNumbers": convolution.ConvDimensionNumbers,
     "jax.lax.LinearSolveTuple": solves._LinearSolveTuple,  # pylint: disable=protected-access
+    # Added in format version 4.
+    "jax.experimental.sparse.SparseInfo": sparse_util.SparseInfo,
 }
 
 # ------------------------------------------------------------- effects

@@ -14,6 +14,8 @@ These releases changed the jaxpr data model that the format's vocabulary
   (`jax.FlatTree.*`), so a program written and read by these releases prints
   exactly alike; JAX 0.10 skips them unread. Without them (a file from JAX
   0.10) the trees are rebuilt the way `lax.scan` builds them.
+* `composite`'s `jaxpr` param became `call_jaxpr` (by 0.12): stored as
+  `jaxpr`.
 * New context settings (layout mode; 0.12's `no_collectives`) and params
   added to existing primitives (`vocabulary.OPTIONAL_PARAMS`).
 
@@ -22,9 +24,12 @@ These releases changed the jaxpr data model that the format's vocabulary
 
 from __future__ import annotations
 
+import inspect
+
 from jax._src import api as jax_api
 from jax._src import core as jax_core
 from jax._src import layout as jax_layout
+from jax._src.lax import lax as lax_internal
 from jax._src import flattree as ft
 from jax._src import tree_util
 from jax._src import util as jax_util
@@ -196,6 +201,25 @@ def _eval_jaxpr_from_format(params, where):
       "it is JAX 0.10's unstaged eval_jaxpr primitive"))
 
 
+# `composite` calls its decomposition `call_jaxpr` in later releases; the
+# vocabulary keeps 0.10's `jaxpr`, in the same place among the params.
+_COMPOSITE_JAXPR = ("call_jaxpr" if "call_jaxpr" in inspect.signature(
+    lax_internal._composite_impl).parameters else "jaxpr")  # pylint: disable=protected-access
+
+
+def _renamed(params, old, new):
+  return {(new if k == old else k): v for k, v in params.items()}
+
+
+def _composite_to_format(params):
+  return _renamed(params, _COMPOSITE_JAXPR, "jaxpr")
+
+
+def _composite_from_format(params, where):
+  del where
+  return _renamed(params, "jaxpr", _COMPOSITE_JAXPR)
+
+
 # ------------------------------------------------------------- contexts
 # 0.11 added layout modes to the equation context; 0.12 added
 # `no_collectives`.
@@ -211,9 +235,11 @@ class Jax011(Adapter):
                       "core_call": "eval_jaxpr",
                       "reduced_vary_cast_p": "reduced_vary_cast",
                       "vary_unreduced_cast_p": "vary_unreduced_cast"}
-  params_to_format = {"jit": _jit_to_format, "scan": _scan_to_format}
+  params_to_format = {"jit": _jit_to_format, "scan": _scan_to_format,
+                      "composite": _composite_to_format}
   params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format,
-                        "eval_jaxpr": _eval_jaxpr_from_format}
+                        "eval_jaxpr": _eval_jaxpr_from_format,
+                        "composite": _composite_from_format}
   record_codecs = _RECORD_CODECS
 
   def context_to_format(self, ctx) -> dict:

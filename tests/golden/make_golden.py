@@ -96,6 +96,20 @@ def layers(params, x):
   return x
 
 
+def ecosystem(x, w, data, indices):
+  # From version 4: refs (ref avals, treedef params of get/swap), a ragged
+  # dot, a composite with attributes, and a BCOO sparse matmul.
+  from jax.experimental import sparse  # pylint: disable=g-import-not-at-top
+  acc = jax.new_ref(jnp.zeros_like(x))
+  acc[...] += x
+  acc[0:2] = acc[0:2] * 2.0
+  y = jax.lax.ragged_dot(acc[...], w, jnp.array([1, 3], jnp.int32))
+  scaled = jax.lax.composite(lambda v, *, scale: v * scale,
+                             name="golden.scale")(y, scale=0.5)
+  mat = sparse.BCOO((data, indices), shape=(4, 4))
+  return mat @ scaled
+
+
 CASES = {
     "mlp_constants": (closed_mlp, (_rng.randn(4, 6).astype(np.float32),), {}),
     "control_flow": (control_flow, (_rng.randn(5, 3).astype(np.float32),
@@ -114,6 +128,11 @@ CASES = {
                           "b": _rng.randn(4).astype(np.float32)}
                          for _ in range(3)],
                         _rng.randn(2, 4).astype(np.float32)), {}),
+    "ecosystem": (ecosystem, (_rng.randn(4, 3).astype(np.float32),
+                              _rng.randn(2, 3, 2).astype(np.float32),
+                              _rng.randn(5).astype(np.float32),
+                              np.array([[0, 0], [1, 2], [2, 1], [3, 3],
+                                        [0, 3]], np.int32)), {}),
 }
 
 

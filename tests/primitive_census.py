@@ -1,0 +1,134 @@
+"""Every `Primitive` object that JAX's modules define, and what jaxpr_io
+does with each.
+
+    python -m tests.primitive_census      # prints the census and the gaps
+
+`census()` imports every module under `jax._src` and `jax.experimental`
+(those that import on this machine) and collects the `Primitive` objects
+they hold at module level. Each is then one of:
+
+* storable: jaxpr_io's primitive table knows it (`jaxpr_io.registry`), so
+  `dumps` writes its equations and `loads` rebinds them;
+* listed: in `NOT_STORABLE`, with the reason it cannot or must not be
+  stored;
+* a gap: in `KNOWN_GAPS` (unknown to the table) or `PARAM_GAPS` (known by
+  name, params not storable), work that remains (issue 12). A primitive that is
+  none of these (one a new JAX release adds) fails
+  tests/test_primitive_census.py, as does a gap that has become storable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import warnings
+
+import jax  # noqa: F401
+from jax._src import core
+
+from jaxpr_io import registry
+
+_PACKAGES = ("jax._src", "jax.experimental")
+
+# name -> why it cannot be stored safely, or cannot appear in a traced
+# program. These hold native code of the writing process or name a device
+# kernel: a file must never choose native code (the trust model).
+NOT_STORABLE = {
+    "tpu_custom_call": "carries a compiled Mosaic TPU kernel (native code "
+                       "chosen by the file)",
+    "mosaic_gpu_p": "carries a compiled Mosaic GPU kernel (native code "
+                    "chosen by the file)",
+    "call_tf": "calls a TensorFlow function of the writing process; export "
+               "TensorFlow functions as SavedModels instead",
+}
+
+# name (or "pallas:*" for every primitive of jax._src.pallas and
+# jax.experimental.pallas) -> what storing it still needs.
+KNOWN_GAPS = {
+    "pallas:*": "Pallas kernels: pallas_call's GridMapping/BlockSpec records "
+                "and the kernel-side primitives",
+    "buffer_callback": "a host callback on raw buffers; needs an entry in "
+                       "the callback registry",
+    "compute_on": "the compute_on primitive (0.11+) and its compute type",
+    "cudnn_fusion": "a cuDNN fusion of the writing process",
+    "fused_call": "jax.experimental.fused's call primitive",
+    "consume": "key-reuse checking primitive",
+    "assert_consumed_value": "key-reuse checking primitive",
+    "host_local_array_to_global_array": "multihost data movement helper",
+    "global_array_to_host_local_array": "multihost data movement helper",
+    "rnn_fwd": "cuDNN RNN primitive and its RNN descriptor",
+    "rnn_bwd": "cuDNN RNN primitive and its RNN descriptor",
+    "thunky:*": "jax._src.thunky's primitives (0.12)",
+    "program_order": "jax._src.program_order's primitive (0.12)",
+}
+
+
+# Primitives jaxpr_io's table knows by name on some releases, whose params
+# it cannot store yet: gaps, not storable.
+PARAM_GAPS = {
+    "custom_vmap_call": "custom_vmap's rule is a Python callable",
+    "xla_metadata_call": "scheduling-group metadata call; its params are "
+                         "untested",
+}
+
+
+def census() -> dict[str, tuple[object, str]]:
+  """name -> (primitive, the module that defines it), over every module of
+  JAX's that imports here."""
+  found: dict[int, tuple[object, str]] = {}
+  for package_name in _PACKAGES:
+    package = importlib.import_module(package_name)
+    for info in pkgutil.walk_packages(package.__path__, package_name + ".",
+                                      onerror=lambda name: None):
+      try:
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore")
+          module = importlib.import_module(info.name)
+      except Exception:  # pylint: disable=broad-except
+        continue  # e.g. Mosaic GPU bindings, absent from CPU jaxlib
+      for value in list(vars(module).values()):
+        if isinstance(value, core.Primitive):
+          found.setdefault(id(value), (value, info.name))
+  by_name: dict[str, tuple[object, str]] = {}
+  for prim, module in found.values():
+    key = prim.name if prim.name not in by_name else f"{prim.name}@{module}"
+    by_name[key] = (prim, module)
+  return by_name
+
+
+def _gap_key(name: str, module: str) -> str | None:
+  if ".pallas" in module or ".mosaic" in module and name != "mosaic_gpu_p":
+    return "pallas:*"
+  if module.startswith("jax._src.thunky"):
+    return "thunky:*"
+  return name.split("@")[0] if name.split("@")[0] in KNOWN_GAPS else None
+
+
+def classify() -> dict[str, list[tuple[str, str]]]:
+  """{"storable", "listed", "gap", "unaccounted"} -> [(name, module)]."""
+  result = {"storable": [], "listed": [], "gap": [], "unaccounted": []}
+  for name, (prim, module) in sorted(census().items()):
+    if name in NOT_STORABLE:
+      result["listed"].append((name, module))
+    elif _gap_key(name, module) is not None or name in PARAM_GAPS:
+      result["gap"].append((name, module))
+    elif registry.PRIMITIVES.name_of(prim) is not None:
+      result["storable"].append((name, module))
+    else:
+      result["unaccounted"].append((name, module))
+  return result
+
+
+def summary(result) -> str:
+  total = sum(map(len, result.values()))
+  return (f"{len(result['storable'])} of {total} primitives storable, "
+          f"{len(result['listed'])} listed with reasons, "
+          f"{len(result['gap'])} not yet storable (known gaps)")
+
+
+if __name__ == "__main__":
+  classes = classify()
+  print(f"jax {jax.__version__}: {summary(classes)}")
+  for kind in ("listed", "gap", "unaccounted"):
+    for name, module in classes[kind]:
+      print(f"  {kind:<11} {name:<40} {module}")
