@@ -102,8 +102,13 @@ definition it lies inside (found by walking the definition's jaxprs). Like
 JAX's tracing caches, this assumes a rule traced twice at the same types
 gives the same jaxpr.
 
-A rule that cannot be traced at the call's types raises `UnsupportedError`
-naming the function and the cause. Importing this module registers the
+A JVP rule that raises when it is traced at the call's types (Equinox's
+`nondifferentiable` does, on purpose) is stored, for that tangent pattern, as
+`(in_zeros, (error type name, message))` in place of `(in_zeros, rule,
+out_zeros)`: the loaded rule raises that error when JAX asks for it, as the
+original does (`RaisingRule`; added in format version 4). A forward or
+backward rule that cannot be traced at the call's types raises
+`UnsupportedError` naming the function and the cause. Importing this module registers the
 codecs.
 """
 
@@ -183,7 +188,13 @@ def _all_patterns(n: int) -> tuple[tuple[bool, ...], ...]:
   return tuple(itertools.product((False, True), repeat=n))
 
 
-def _symbolic_patterns(n: int, eqn: _Eqn, what: str):
+def _symbolic_patterns(avals, eqn: _Eqn, what: str, fixed: bool):
+  """The patterns of symbolic zeros (or perturbations) JAX can ask a rule
+  for: one bool per aval, where the avals that are not floating point
+  always have `fixed` (JAX gives integer and boolean values symbolic-zero
+  tangents and cotangents, so they are never perturbed)."""
+  free = [i for i, a in enumerate(avals) if _differentiable(a)]
+  n = len(free)
   if n > MAX_PATTERN_INPUTS:
     raise UnsupportedError(
         f"{eqn.kind} function {eqn.name!r} uses symbolic_zeros=True and has "
@@ -191,7 +202,18 @@ def _symbolic_patterns(n: int, eqn: _Eqn, what: str):
         f"(2**{n} jaxprs) and at most {MAX_PATTERN_INPUTS} {what} are "
         "supported. Pass fewer, larger arrays (stack or concatenate them), "
         "or use symbolic_zeros=False")
-  return _all_patterns(n)
+  patterns = []
+  for choice in _all_patterns(n):
+    pattern = [fixed] * len(avals)
+    for i, value in zip(free, choice):
+      pattern[i] = value
+    patterns.append(tuple(pattern))
+  return tuple(patterns)
+
+
+def _differentiable(aval) -> bool:
+  dtype = getattr(aval, "dtype", None)
+  return dtype is not None and compat.is_inexact(dtype)
 
 
 def _check_wrapped(fun, eqn: _Eqn, param: str) -> None:
@@ -295,9 +317,10 @@ def _marked_definition(value: tuple) -> tuple:
   if kind != "bwd":
     return value
   return (kind, key, debug, tuple(
-      (ct_zeros, bwd, mask, None if zero_types is None
-       else _OpenJaxpr(zero_types))
-      for ct_zeros, bwd, mask, zero_types in rules))
+      rule if len(rule) == 2  # a pattern the rule raises for
+      else (rule[0], rule[1], rule[2],
+            None if rule[3] is None else _OpenJaxpr(rule[3]))
+      for rule in rules))
 
 
 def _fingerprint(value) -> str:
@@ -391,6 +414,49 @@ def _unpack(stored, tags: dict[str, int], what: str) -> tuple:
   return stored
 
 
+# ------------------------------------------------------ rules that raise
+# A rule that raised when the writer traced it is stored as the error it
+# raised, (type name, message); the loaded rule raises it when JAX asks for
+# that rule, as the original does. The type is re-created only when it is
+# one of Python's built-in exceptions below; any other raises RuntimeError
+# with the type's name in the message (a file never names a class to build).
+_BUILTIN_ERRORS: dict[str, type] = {
+    cls.__name__: cls for cls in (
+        ArithmeticError, AssertionError, AttributeError, FloatingPointError,
+        IndexError, KeyError, LookupError, NotImplementedError,
+        OverflowError, RuntimeError, TypeError, ValueError,
+        ZeroDivisionError)}
+_MAX_ERROR_MESSAGE = 4096
+
+
+def raised_error(e: BaseException) -> tuple[str, str]:
+  """How the error a rule raised is stored: (type name, message)."""
+  t = type(e)
+  name = t.__name__ if _BUILTIN_ERRORS.get(t.__name__) is t else \
+      f"{t.__module__}.{t.__qualname__}"
+  return name, str(e)[:_MAX_ERROR_MESSAGE]
+
+
+class RaisingRule:
+  """A stored rule that raises (type name, message) when asked for."""
+
+  __slots__ = ("type_name", "message")
+
+  def __init__(self, stored, what: str):
+    if not (type(stored) is tuple and len(stored) == 2
+            and all(type(x) is str for x in stored)
+            and 0 < len(stored[0]) <= 200
+            and len(stored[1]) <= _MAX_ERROR_MESSAGE):
+      raise FormatError(f"{what} is not (error type name, message)")
+    self.type_name, self.message = stored
+
+  def throw(self):
+    cls = _BUILTIN_ERRORS.get(self.type_name)
+    if cls is None:
+      raise RuntimeError(f"{self.type_name}: {self.message}")
+    raise cls(self.message)
+
+
 # ------------------------------------------------------------ rebuilt rules
 class _Loaded:
   """A rule rebuilt from a file; `stored` is the decoded value, which the
@@ -469,6 +535,8 @@ class _JvpRule(_Definer):
           f"the JVP rule of custom_jvp function {self.eqn_name!r} was saved "
           f"for the symbolic-zero tangent patterns {sorted(self.rules)}, but "
           f"JAX asks for {pattern}")
+    if type(rule) is RaisingRule:
+      rule.throw()
     return rule
 
 
@@ -510,6 +578,8 @@ class _FwdRule(_Definer):
             f"the forward rule of custom_vjp function {self.eqn_name!r} was "
             f"saved for the perturbation patterns {sorted(self.rules)}, but "
             f"JAX asks for {pattern}")
+    if type(rule) is RaisingRule:
+      rule.throw()
     return rule
 
 
@@ -537,6 +607,8 @@ class _BwdRule(_Definer):
           f"the backward rule of custom_vjp function {self.eqn_name!r} was "
           f"saved for the zero-cotangent patterns {sorted(self.rules)}, but "
           f"JAX asks for {pattern}")
+    if type(rule) is RaisingRule:
+      rule.throw()
     jaxpr, consts, mask, zero_avals = rule
     outs = iter(jcr.eval_jaxpr(jaxpr, consts, *res, *nonzero))
     zeros = iter(zero_avals)
@@ -645,9 +717,10 @@ def _trace_jvp(fun, pattern, eqn: _Eqn) -> tuple:
   except UnsupportedError:
     raise
   except Exception as e:  # pylint: disable=broad-except
-    # The user's rule runs here and may raise anything.
-    raise _rule_failed("JVP rule", fun, eqn, _pattern_detail(
-        eqn, "symbolic-zero tangents", pattern), e) from None
+    # The user's rule runs here and may raise anything; some raise on
+    # purpose (Equinox's `nondifferentiable`): the original program raises
+    # when this derivative is asked for, and so will the loaded one.
+    return (pattern, raised_error(e))
   _check_consts(consts, "JVP rule", fun, eqn)
   out_zeros = tuple(bool(z) for z in out_zeros)
   if len(out_zeros) != eqn.n_out:
@@ -670,7 +743,8 @@ def encode_jvp_rule(fun, params: dict):
   if not eqn.in_avals:
     return ("jvp", _inputless_key("custom_jvp", eqn, debug), debug, ())
   if eqn.symbolic_zeros:
-    patterns = _symbolic_patterns(eqn.n_in, eqn, "differentiable inputs")
+    patterns = _symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
+                                  "differentiable inputs", True)
   else:
     # JVPTrace and LinearizeTrace instantiate zero tangents for these
     # rules, so `lift_jvp` only ever asks for the all-False pattern.
@@ -709,8 +783,15 @@ def decode_jvp_rule(stored, params: dict):
     return ref
   table = {}
   for i, rule in enumerate(rules):
+    if type(rule) is tuple and len(rule) == 2:  # a rule that raises
+      in_zeros = _bools(rule[0], eqn.n_in, f"JVP rule {i}'s in_zeros")
+      if in_zeros in table:
+        raise FormatError(f"JVP rule {i} repeats the pattern {in_zeros}")
+      table[in_zeros] = RaisingRule(rule[1], f"JVP rule {i}")
+      continue
     if type(rule) is not tuple or len(rule) != 3:
-      raise FormatError(f"JVP rule {i} is not (in_zeros, jaxpr, out_zeros)")
+      raise FormatError(f"JVP rule {i} is not (in_zeros, jaxpr, out_zeros) "
+                        "or (in_zeros, error)")
     in_zeros = _bools(rule[0], eqn.n_in, f"JVP rule {i}'s in_zeros")
     closed = _closed(rule[1], f"JVP rule {i}")
     out_zeros = _bools(rule[2], eqn.n_out, f"JVP rule {i}'s out_zeros")
@@ -731,7 +812,7 @@ def decode_jvp_rule(stored, params: dict):
                       "the all-False pattern only")
   rule = _JvpRule(stored, key, eqn)
   rule.rules = table
-  rule.bodies = [r[1] for r in rules]
+  rule.bodies = [r[1] for r in rules if len(r) == 3]
   _link_refs(rule, rule)
   return _wrap(rule, debug_info)
 
@@ -760,7 +841,8 @@ class _VjpAnalysis:
       return
     self._forward()
     if eqn.symbolic_zeros:
-      self.ct_patterns = _symbolic_patterns(eqn.n_out, eqn, "outputs")
+      self.ct_patterns = _symbolic_patterns(eqn.call_jaxpr.out_avals, eqn,
+                                            "differentiable outputs", True)
     else:
       # `_custom_lin_transpose` instantiates zero cotangents for these.
       self.ct_patterns = ((False,) * eqn.n_out,)
@@ -774,13 +856,15 @@ class _VjpAnalysis:
   def _forward(self) -> None:
     eqn = self.eqn
     if eqn.symbolic_zeros:
-      calls = _symbolic_patterns(eqn.n_in, eqn, "differentiable inputs")
+      calls = _symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
+                                 "differentiable inputs", False)
       keys = calls
     else:
       # `_flatten_fwd` drops the pattern when symbolic_zeros=False: one
       # jaxpr serves them all.
       calls, keys = ((True,) * eqn.n_in,), (None,)
     rules, self.out_info, self.res_avals = [], None, None
+    failure = None
     for key, pattern in zip(keys, calls):
       detail = _pattern_detail(eqn, "perturbed inputs", pattern)
       try:
@@ -789,9 +873,16 @@ class _VjpAnalysis:
       except UnsupportedError:
         raise
       except Exception as e:  # pylint: disable=broad-except
-        # The user's rule runs here and may raise anything.
-        raise _rule_failed("forward rule", self.fwd_fun, eqn, detail,
-                           e) from None
+        # The user's rule runs here and may raise anything. With symbolic
+        # zeros, a rule may refuse some patterns (the original raises when
+        # JAX asks for one; so will the loaded rule); every pattern failing
+        # is an error of the rule.
+        if failure is None:
+          failure = _rule_failed("forward rule", self.fwd_fun, eqn, detail, e)
+        if not eqn.symbolic_zeros:
+          raise failure from None
+        rules.append((key, raised_error(e)))
+        continue
       _check_consts(consts, "forward rule", self.fwd_fun, eqn)
       info = (out_tree.num_leaves, res_tree.num_leaves,
               tuple(None if f is None else int(f) for f in input_fwds))
@@ -817,6 +908,10 @@ class _VjpAnalysis:
             "inputs (symbolic_zeros=True); jaxpr_io stores one backward "
             "rule, so the residuals must not depend on the pattern")
       rules.append((key, closed))
+    if self.out_info is None:
+      raise failure
+    # The key and the backward rules use the first rule that traced.
+    rules.sort(key=lambda rule: type(rule[1]) is tuple)
     self.fwd_rules = tuple(rules)
 
   def _trace_bwd(self, pattern) -> tuple:
@@ -851,9 +946,9 @@ class _VjpAnalysis:
     except UnsupportedError:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      # The user's rule runs here and may raise anything.
-      raise _rule_failed("backward rule", bwd, eqn, _pattern_detail(
-          eqn, "zero cotangents", pattern), e) from None
+      # The user's rule runs here and may raise anything; the loaded rule
+      # raises it when JAX asks for this pattern, as the original does.
+      return (pattern, raised_error(e))
     _check_consts(consts, "backward rule", bwd, eqn)
     mask = tuple(a is not None for a in zeros)
     zero_avals = [a for a in zeros if a is not None]
@@ -951,8 +1046,18 @@ def decode_fwd_rule(stored, params: dict):
   n_res_out = None
   for i, rule in enumerate(rules):
     if type(rule) is not tuple or len(rule) != 2:
-      raise FormatError(f"forward rule {i} is not (in_nonzeros, jaxpr)")
+      raise FormatError(f"forward rule {i} is not (in_nonzeros, jaxpr) or "
+                        "(in_nonzeros, error)")
     pattern = rule[0]
+    if type(rule[1]) is tuple:  # a pattern the rule raises for
+      if pattern is None or not eqn.symbolic_zeros or i == 0:
+        raise FormatError(f"forward rule {i} raises, but only patterns "
+                          "after a rule that traces may (symbolic_zeros)")
+      _bools(pattern, eqn.n_in, f"forward rule {i}'s in_nonzeros")
+      if pattern in table:
+        raise FormatError(f"forward rule {i} repeats the pattern {pattern}")
+      table[pattern] = RaisingRule(rule[1], f"forward rule {i}")
+      continue
     if pattern is None:
       if eqn.symbolic_zeros or len(rules) != 1:
         raise FormatError("a forward rule for every pattern (None) must be "
@@ -978,7 +1083,7 @@ def decode_fwd_rule(stored, params: dict):
     table[pattern] = (closed.jaxpr, closed.consts)
   rule = _FwdRule(stored, key, eqn)
   rule.rules = table
-  rule.bodies = [r[1] for r in rules]
+  rule.bodies = [r[1] for r in rules if type(r[1]) is not tuple]
   rule.n_res_out = n_res_out
   rule.record = _vjp_record(key, params)
   rule.record.fwd = rule
@@ -996,9 +1101,16 @@ def decode_bwd_rule(stored, params: dict):
   table = {}
   n_res = None
   for i, rule in enumerate(rules):
+    if type(rule) is tuple and len(rule) == 2:  # a pattern it raises for
+      ct_zeros = _bools(rule[0], eqn.n_out, f"backward rule {i}'s ct_zeros")
+      if ct_zeros in table:
+        raise FormatError(f"backward rule {i} repeats the pattern "
+                          f"{ct_zeros}")
+      table[ct_zeros] = RaisingRule(rule[1], f"backward rule {i}")
+      continue
     if type(rule) is not tuple or len(rule) != 4:
       raise FormatError(f"backward rule {i} is not (ct_zeros, jaxpr, "
-                        "cts_in_zeros, zero_types)")
+                        "cts_in_zeros, zero_types) or (ct_zeros, error)")
     ct_zeros = _bools(rule[0], eqn.n_out, f"backward rule {i}'s ct_zeros")
     closed = _closed(rule[1], f"backward rule {i}")
     mask = _bools(rule[2], eqn.n_in, f"backward rule {i}'s cts_in_zeros")
@@ -1030,7 +1142,7 @@ def decode_bwd_rule(stored, params: dict):
                       "for the all-False pattern only")
   rule = _BwdRule(stored, key, eqn)
   rule.rules = table
-  rule.bodies = [r[1] for r in rules]
+  rule.bodies = [r[1] for r in rules if len(r) == 4]
   rule.n_res = n_res
   rule.n_out = eqn.n_out
   rule.symbolic_zeros = eqn.symbolic_zeros
@@ -1069,7 +1181,9 @@ def _cross_check(params: dict, eqn: _Eqn, decoded: dict) -> None:
     return
   _, n_res, input_fwds = out_trees.stored
   n_res_out = n_res - sum(f is not None for f in input_fwds)
-  if fwd.n_res_out != n_res_out or bwd.n_res != n_res:
+  # A backward rule that raises for every pattern takes no residuals of its
+  # own to check (n_res None).
+  if fwd.n_res_out != n_res_out or bwd.n_res not in (n_res, None):
     raise FormatError(
         f"the rules of custom_vjp function {eqn.name!r} disagree on the "
         f"residuals: out_trees gives {n_res} ({n_res_out} computed), the "

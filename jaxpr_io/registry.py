@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from jaxpr_io import compat
+from jaxpr_io import libraries
 
 K = TypeVar("K", bound=Hashable)
 
@@ -46,7 +47,9 @@ class Registry(Generic[K]):
 
 # ------------------------------------------------------------- primitives
 class _Primitives:
-  """Primitive name <-> `Primitive`, keyed by object identity.
+  """Primitive name <-> `Primitive`, keyed by object identity: JAX's own,
+  those the user registers, and those of the library table
+  (jaxpr_io/libraries.py).
 
   Built lazily: JAX's modules are scanned on the first dump, load or
   registration.
@@ -70,11 +73,19 @@ class _Primitives:
     self._table().add(id(primitive), name, primitive)
 
   def name_of(self, primitive) -> str | None:
-    return self._table().by_key.get(id(primitive))
+    name = self._table().by_key.get(id(primitive))
+    if name is None:
+      name = libraries.name_of(primitive)
+    return name
 
   def lookup(self, name: str):
+    """The primitive of serialized name `name`, or None. A name of the
+    library table (jaxpr_io/libraries.py) imports the table's module."""
     name = compat.PRIMITIVE_RENAMES.get(name, name)
-    return self._table().by_name.get(name)
+    primitive = self._table().by_name.get(name)
+    if primitive is None:
+      primitive = libraries.load(name)
+    return primitive
 
 
 PRIMITIVES = _Primitives()

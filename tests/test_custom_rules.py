@@ -413,7 +413,29 @@ def test_bytes_are_deterministic():
 
 
 # ------------------------------------------------------------ refusals
-def test_rule_that_cannot_be_traced():
+def _raises_same(fn_original, fn_loaded, *args):
+  """Both raise, with the same message (the type is the same when it is a
+  Python built-in; otherwise the loaded one is a RuntimeError naming it).
+  JAX's tracer errors go on to say where they were traced (which differs
+  between saving and calling): their first lines must agree."""
+  with pytest.raises(Exception) as want:
+    jax.jit(fn_original)(*args)
+  with pytest.raises(Exception) as got:
+    fn_loaded(*args)
+  t = type(want.value)
+  if t.__module__ == "builtins":
+    assert type(got.value) is t
+    assert str(got.value) == str(want.value)
+  else:
+    assert type(got.value) is RuntimeError
+    first_line = lambda e: str(e).splitlines()[0]  # pylint: disable=unnecessary-lambda-assignment
+    assert first_line(got.value) == (f"{t.__module__}.{t.__qualname__}: "
+                                     f"{first_line(want.value)}")
+
+
+def test_rules_that_raise_when_traced_raise_when_asked_for():
+  # Issue 12: a rule that raises when the writer traces it is stored as the
+  # error; the loaded program runs and raises it only for that derivative.
   @jax.custom_jvp
   def branchy(x):
     return x * 2
@@ -424,17 +446,60 @@ def test_rule_that_cannot_be_traced():
       return branchy(p[0]), t[0]
     return branchy(p[0]), -t[0]
 
-  with pytest.raises(jaxpr_io.UnsupportedError,
-                     match=r"'branchy'.*TracerBoolConversionError"):
-    jaxpr_io.dumps(jaxpr_io.trace(branchy, 1.0))
+  loaded = assert_roundtrip(jaxpr_io.trace(branchy, 1.0))
+  assert float(loaded(1.5)) == 3.0
+  _raises_same(jax.grad(branchy), jax.grad(loaded), 1.5)
 
+  @jax.custom_vjp
+  def refuses(x):
+    return jnp.sin(x)
+
+  def _bwd(res, g):
+    raise ValueError("refuses cannot be reverse-differentiated")
+  refuses.defvjp(lambda x: (refuses(x), x), _bwd)
+  loaded = assert_roundtrip(jaxpr_io.trace(refuses, 1.0))
+  assert_bit_identical(loaded(0.5), refuses(0.5))
+  _raises_same(jax.grad(refuses), jax.grad(loaded), 0.5)
+  # Batching does not ask for the backward rule.
+  xs = jnp.linspace(0.0, 1.0, 4)
+  assert_bit_identical(jax.vmap(loaded)(xs), jax.vmap(refuses)(xs))
+
+
+def test_symbolic_zero_rule_that_raises_for_some_patterns():
+  # As Equinox's `nondifferentiable`: the rule raises only when the second
+  # input's tangent is not a symbolic zero.
+  @jax.custom_jvp
+  def f(x, y):
+    return x * jnp.sin(y)
+
+  def _f_jvp(primals, tangents):
+    x, y = primals
+    tx, ty = tangents
+    if type(ty) is not jax.custom_derivatives.SymbolicZero:
+      raise RuntimeError("Unexpected tangent: y cannot be differentiated")
+    tx = jnp.zeros_like(x) if type(tx) is jax.custom_derivatives.SymbolicZero \
+        else tx
+    return f(x, y), tx * jnp.sin(y)
+  f.defjvp(_f_jvp, symbolic_zeros=True)
+
+  args = (jnp.float32(2.0), jnp.float32(0.5))
+  loaded = assert_roundtrip(jaxpr_io.trace(f, *args))
+  assert_bit_identical(jax.grad(loaded)(*args), jax.grad(f)(*args))
+  _raises_same(jax.grad(f, argnums=1), jax.grad(loaded, argnums=1), *args)
+
+
+def test_forward_rule_that_cannot_be_traced_is_refused():
   @jax.custom_vjp
   def branchy_vjp(x):
     return x * 2
-  branchy_vjp.defvjp(lambda x: (branchy_vjp(x), x),
-                     lambda r, g: (g if r > 0 else -g,))
+
+  def _fwd(x):
+    if x > 0:  # the forward rule runs for every call that is differentiated
+      return branchy_vjp(x), x
+    return branchy_vjp(x), -x
+  branchy_vjp.defvjp(_fwd, lambda r, g: (g * r,))
   with pytest.raises(jaxpr_io.UnsupportedError,
-                     match=r"backward rule .*'branchy_vjp'.*TracerBool"):
+                     match=r"forward rule .*'branchy_vjp'.*TracerBool"):
     jaxpr_io.dumps(jaxpr_io.trace(branchy_vjp, 1.0))
 
 

@@ -126,6 +126,152 @@ def checkify_checks():
                                                np.int32(1)), {}
 
 
+# ------------------------------------------------------- the ecosystem
+def numpyro_log_density():
+  """NumPyro: the log density of a hierarchical regression."""
+  import numpyro  # pylint: disable=g-import-not-at-top
+  import numpyro.distributions as dist  # pylint: disable=g-import-not-at-top
+  from numpyro.infer.util import log_density  # pylint: disable=g-import-not-at-top
+
+  def model(x, y):
+    w = numpyro.sample("w", dist.Normal(jnp.zeros(3), 1.0).to_event(1))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    numpyro.sample("y", dist.Normal(x @ w, sigma), obs=y)
+
+  def f(params, x, y):
+    return log_density(model, (x, y), {}, params)[0]
+  params = {"w": _normal(3), "sigma": np.float32(0.7)}
+  return f, (params, _normal(10, 3), _normal(10)), {}
+
+
+def numpyro_nuts_step():
+  """NumPyro: one NUTS transition (tree building in while loops)."""
+  import numpyro  # pylint: disable=g-import-not-at-top
+  import numpyro.distributions as dist  # pylint: disable=g-import-not-at-top
+  from numpyro.infer import NUTS  # pylint: disable=g-import-not-at-top
+
+  def model(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+    numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+  y = _normal(5)
+  kernel = NUTS(model)
+  state = kernel.init(jax.random.key(0), 10, model_args=(y,))
+
+  def step(z, key):
+    s = state._replace(z={"mu": z}, rng_key=key)
+    return kernel.sample(s, (y,), {}).z["mu"]
+  return step, (np.float32(0.1), jax.random.key(1)), {}
+
+
+def blackjax_hmc_step():
+  """BlackJAX: one HMC step on a correlated Gaussian."""
+  import blackjax  # pylint: disable=g-import-not-at-top
+  cov_inv = np.array([[2.0, 0.5], [0.5, 1.0]], np.float32)
+
+  def logdensity(x):
+    return -0.5 * x @ cov_inv @ x
+  hmc = blackjax.hmc(logdensity, 0.1, jnp.ones(2), 5)
+
+  def step(position, key):
+    state, info = hmc.step(key, hmc.init(position))
+    return state.position, info.acceptance_rate
+  return step, (_normal(2), jax.random.key(3)), {}
+
+
+def haiku_batchnorm_state():
+  """Haiku: an MLP after BatchNorm, with its state updated (training)."""
+  import haiku as hk  # pylint: disable=g-import-not-at-top
+
+  def forward(x):
+    x = hk.BatchNorm(True, True, 0.9)(x, is_training=True)
+    return hk.nets.MLP([8, 2])(x)
+  model = hk.transform_with_state(forward)
+  x = _normal(4, 3)
+  params, state = model.init(jax.random.key(0), x)
+
+  def f(params, state, x):
+    return model.apply(params, state, None, x)
+  return f, (params, state, x), {}
+
+
+def keras3_mlp():
+  """Keras 3 on the JAX backend: a stateless call of a Sequential model."""
+  import keras  # pylint: disable=g-import-not-at-top
+  if keras.backend.backend() != "jax":
+    raise RuntimeError(f"keras runs on the {keras.backend.backend()} "
+                       "backend; set KERAS_BACKEND=jax (tests/conftest.py "
+                       "does)")
+  model = keras.Sequential([keras.Input((4,)),
+                            keras.layers.Dense(8, activation="relu"),
+                            keras.layers.Dropout(0.0),
+                            keras.layers.Dense(2)])
+  trainable = [np.asarray(v.value) for v in model.trainable_variables]
+  fixed = [np.asarray(v.value) for v in model.non_trainable_variables]
+
+  def f(trainable, x):
+    y, _ = model.stateless_call(trainable, fixed, x)
+    return y
+  return f, (trainable, _normal(2, 4)), {}
+
+
+def jaxmd_lennard_jones():
+  """JAX-MD: Lennard-Jones energy with a neighbour list, in a periodic box."""
+  from jax_md import energy, space  # pylint: disable=g-import-not-at-top
+  box = 5.0
+  displacement, _ = space.periodic(box)
+  positions = (_rng.rand(16, 2) * box).astype(np.float32)
+  neighbor_fn, energy_fn = energy.lennard_jones_neighbor_list(
+      displacement, box, r_onset=1.0, r_cutoff=1.5)
+  neighbors = neighbor_fn.allocate(positions)
+
+  def f(positions):
+    updated = neighbors.update(positions)
+    return energy_fn(positions, updated), updated.did_buffer_overflow
+  return f, (positions,), {}
+
+
+def distrax_flow():
+  """Distrax: log-probabilities of a Normal and of a tanh-transformed one."""
+  import distrax  # pylint: disable=g-import-not-at-top
+
+  def f(loc, x):
+    base = distrax.Normal(loc, 1.0)
+    flow = distrax.Transformed(base, distrax.Tanh())
+    return base.log_prob(x).sum() + flow.log_prob(jnp.tanh(x) * 0.9).sum()
+  return f, (np.zeros(3, np.float32), _normal(3) * 0.3), {}
+
+
+def jaxopt_lbfgs():
+  """jaxopt: five L-BFGS iterations of a regularized least squares."""
+  import jaxopt  # pylint: disable=g-import-not-at-top
+  a, b = _normal(6, 3), _normal(6)
+
+  def objective(w, lam):
+    return jnp.sum((a @ w - b) ** 2) + lam * jnp.sum(w ** 2)
+
+  def f(w0, lam):
+    return jaxopt.LBFGS(objective, maxiter=5).run(w0, lam=lam).params
+  return f, (np.zeros(3, np.float32), np.float32(0.1)), {}
+
+
+def equinox_bounded_loop():
+  """Equinox internals as Optimistix and Diffrax use them: a bounded
+  `while_loop` (its `select_if_vmap`, `maybe_set` and `unvmap_*` primitives,
+  from jaxpr_io's library table), and a `nondifferentiable` input, whose
+  JVP rule raises on purpose."""
+  import equinox.internal as eqxi  # pylint: disable=g-import-not-at-top
+
+  def f(x, scale):
+    def body(carry):
+      i, y = carry
+      return i + 1, y * 0.9 + jnp.sin(y) * scale
+    def cond(carry):
+      return (carry[0] < 6) & eqxi.unvmap_any(jnp.abs(carry[1]) < 100)
+    _, y = eqxi.while_loop(cond, body, (0, x), max_steps=8, kind="bounded")
+    return y + eqxi.nondifferentiable(scale) * 0.0
+  return f, (_normal(4), np.float32(0.5)), {}
+
+
 ZOO2 = {
     "ragged_moe": ragged_moe,
     "composite_gelu": composite_gelu,
@@ -134,4 +280,13 @@ ZOO2 = {
     "refs_accumulate": refs_accumulate,
     "run_state_loop": run_state_loop,
     "checkify_checks": checkify_checks,
+    "numpyro_log_density": numpyro_log_density,
+    "numpyro_nuts_step": numpyro_nuts_step,
+    "blackjax_hmc_step": blackjax_hmc_step,
+    "haiku_batchnorm_state": haiku_batchnorm_state,
+    "keras3_mlp": keras3_mlp,
+    "jaxmd_lennard_jones": jaxmd_lennard_jones,
+    "distrax_flow": distrax_flow,
+    "jaxopt_lbfgs": jaxopt_lbfgs,
+    "equinox_bounded_loop": equinox_bounded_loop,
 }

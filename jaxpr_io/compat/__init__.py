@@ -16,6 +16,7 @@ import importlib
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import jaxlib
 from jax._src import core
 from jax._src import effects as jax_effects
@@ -127,6 +128,11 @@ def wrap_key_data(data, impl):
 
 def key_data(keys):
   return jax.random.key_data(keys)
+
+
+def is_inexact(dtype) -> bool:
+  """Whether values of `dtype` have real tangents (floating or complex)."""
+  return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
 def is_key_array(x) -> bool:
