@@ -12,6 +12,7 @@ from jaxpr_io.errors import FormatError, JaxprIoError, UnsupportedError
 # Modules that register codecs for JAX's non-data params on import.
 from jaxpr_io import callbacks  # noqa: F401
 from jaxpr_io import checks as _checks  # noqa: F401
+from jaxpr_io import pallas as _pallas  # noqa: F401
 from jaxpr_io import custom_rules as _custom_rules  # noqa: F401
 from jaxpr_io import remat as _remat  # noqa: F401
 from jaxpr_io import sharding as _sharding  # noqa: F401

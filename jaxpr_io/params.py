@@ -310,6 +310,18 @@ def decode_record(r, msg, depth):
                       f"rebuilt: {type(e).__name__}: {e}") from None
 
 
+def encode_aval(w, v, out, depth):
+  del depth
+  out.aval = w.aval(v)
+
+
+def decode_aval(r, msg, depth):
+  del depth
+  if r.msg.format_version < 4:
+    raise FormatError("an aval param value in a file before version 4")
+  return r.aval(msg.aval)
+
+
 # Exact type -> encoder. Types of dtypes and numpy scalars are filled in from
 # the dtype table below; enums and records are looked up in the registries.
 ENCODERS: dict[type, Encoder] = {
@@ -326,6 +338,9 @@ ENCODERS: dict[type, Encoder] = {
     **({compat.Jaxpr: encode_merged_jaxpr} if compat.MERGED_JAXPRS else
        {compat.Jaxpr: encode_jaxpr, compat.ClosedJaxpr: encode_closed_jaxpr}),
     symbolic.DimExpr: encode_dim_expr,
+    compat.ShapedArray: encode_aval,
+    compat.AbstractRef: encode_aval,
+    compat.AbstractToken: encode_aval,
 }
 for _dtype in dtypes.DTYPE_TO_ENUM:
   ENCODERS[type(_dtype)] = encode_dtype
@@ -355,6 +370,7 @@ DECODERS: dict[str, Callable[[Any, Any, int], Any]] = {
     "enum": decode_enum,
     "record": decode_record,
     "dim_expr": decode_dim_expr,
+    "aval": decode_aval,
 }
 
 

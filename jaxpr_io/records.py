@@ -401,6 +401,23 @@ def decode_hashable_array(fields):
   return compat.HashableArray(val)
 
 
+def encode_frozen_dict(value) -> tuple:
+  """Fields: the (key, value) items, in the dict's order. JAX's immutable
+  dict (Pallas compiler flags)."""
+  return tuple(value.items())
+
+
+def decode_frozen_dict(fields):
+  if type(fields) is not tuple or not all(
+      type(item) is tuple and len(item) == 2 for item in fields):
+    raise FormatError("jax.FrozenDict: the fields are not (key, value) "
+                      "items")
+  items = dict(fields)
+  if len(items) != len(fields):
+    raise FormatError("jax.FrozenDict: a key is given twice")
+  return compat.FrozenDict(items)
+
+
 _CODECS = (
     (compat.PRNGImpl, "jax.random.PRNGImpl", encode_prng_impl,
      decode_prng_impl),
@@ -425,6 +442,8 @@ _CODECS = (
      encode_ragged_dot_dimension_numbers, decode_ragged_dot_dimension_numbers),
     (compat.HashableArray, "jax.HashableArray", encode_hashable_array,
      decode_hashable_array),
+    (compat.FrozenDict, "jax.FrozenDict", encode_frozen_dict,
+     decode_frozen_dict),
 )
 for _cls, _name, _encode, _decode in _CODECS:
   register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

@@ -103,6 +103,11 @@ _DROPPED_WHY = {
     "donated_invars": "it donates (deletes) the caller's input buffers.",
     "compiler_options_kvs": "it sets XLA compiler options, which can write "
                             "files (xla_dump_to) or change numerics.",
+    "compiler_params.flags": "it sets Mosaic compiler flags.",
+    "compiler_params.profile_space": "it turns on the Mosaic GPU profiler, "
+                                     "which writes files.",
+    "compiler_params.profile_dir": "it names a directory for the Mosaic GPU "
+                                   "profiler to write to.",
 }
 
 
@@ -254,6 +259,14 @@ def _screen_debug_print(name: str, params: dict, screen: Screen) -> dict:
   return params
 
 
+def _screen_pallas_call(name: str, params: dict, screen: Screen) -> dict:
+  if screen.trusted:
+    return params
+  from jaxpr_io import pallas  # pylint: disable=g-import-not-at-top
+  return pallas.compiler_params_screen(
+      params, lambda param: screen.drop(name, param))
+
+
 def _screen_check(name: str, params: dict, screen: Screen) -> dict:
   # checkify formats a failed check's message with its payload when the
   # error is raised.
@@ -273,6 +286,7 @@ SCREENS: dict[str, Callable[[str, dict, Screen], dict]] = {
     "ffi_call": _screen_ffi_call,
     "debug_print": _screen_debug_print,
     "check": _screen_check,
+    "pallas_call": _screen_pallas_call,
 }
 
 POLICIES: tuple[Policy, ...] = (
@@ -282,6 +296,10 @@ POLICIES: tuple[Policy, ...] = (
     Policy("`jit` `compiler_options_kvs`", "dropped",
            "reset to none: a file cannot set XLA options such as "
            "`xla_dump_to`", "kept"),
+    Policy("`pallas_call` `compiler_params`: Mosaic TPU `flags`, Mosaic "
+           "GPU `profile_space` and `profile_dir`", "dropped",
+           "reset to their defaults: a file cannot set Mosaic compiler flags "
+           "or make the profiler write files", "kept"),
     Policy("`ffi_call` `target_name`", "allowlisted",
            "must be registered with `jaxpr_io.register_ffi_target`; JAX's "
            "host-callback targets (`xla_ffi_[partitioned_]python_*callback*`)"

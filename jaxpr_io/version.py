@@ -35,12 +35,18 @@ Changelog (newest last):
     and outputs). Loading is about 3x faster. Nothing else changed;
     readers of version 3 read versions 1 and 2.
   * 2026-11-24, version 4: more of JAX's programs. `Aval.ref`
-    (`AbstractRef`, the type of mutable array references) and
-    `Value.treedef` (a `PyTreeDef` param, rebuilt exactly or refused); new
-    record types `jax.lax.RaggedDotDimensionNumbers`, `jax.HashableArray`
-    and `jax.experimental.sparse.SparseInfo`; the primitives of checkify,
-    `shard_alike` and `jax.experimental.sparse` join the vocabulary.
-    Readers of version 4 read versions 1 to 3.
+    (`AbstractRef`, the type of mutable array references), `Value.treedef`
+    (a `PyTreeDef` param, rebuilt exactly or refused) and `Value.aval` (an
+    abstract value as a param, e.g. `pallas_call`'s `out_avals`); new
+    record types `jax.lax.RaggedDotDimensionNumbers`, `jax.HashableArray`,
+    `jax.FrozenDict`, `jax.experimental.sparse.SparseInfo`,
+    `jax.checkify.ErrorEffect` and Pallas's dataclasses (stored by field
+    name, jaxpr_io/pallas.py); the effect `jax.checkify.ErrorEffect`; the
+    primitives of checkify, `shard_alike`, `jax.experimental.sparse`,
+    Pallas (`pallas_call` and the core kernel primitives) and Equinox
+    (`equinox.*`, jaxpr_io/libraries.py) join the vocabulary. A custom
+    rule that raises when traced is stored as its error
+    (jaxpr_io/custom_rules.py). Readers of version 4 read versions 1 to 3.
 """
 
 from __future__ import annotations
@@ -57,5 +63,5 @@ SCHEMA_FINGERPRINTS = {
     1: "6dba239941cd2638d4d9abb6663e137185d49d1d09a0ee8e26bdd8091e2c0f84",
     2: "f8f320cf553012591dbf8578f245c472cc44539786e2bdc4e5e5c57666bb4742",
     3: "e317033409d5ad8d21e0a2f6531fa503bee957b78f4e33a2934f8be6bde68530",
-    4: "eeb91b1ea910f345d0b6a75cb749b70c40379c22ff24ab4cba7191841de35fca",
+    4: "2e5d2d81683ce64e02a2646868570b78d1291decf2cc4fc00c48fc6a2dae2ee1",
 }

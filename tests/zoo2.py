@@ -272,6 +272,26 @@ def equinox_bounded_loop():
   return f, (_normal(4), np.float32(0.5)), {}
 
 
+def pallas_kernel():
+  """A Pallas kernel in interpret mode: a grid of two blocks, BlockSpecs
+  with index maps, a VMEM scratch ref and `program_id`."""
+  from jax.experimental import pallas as pl  # pylint: disable=g-import-not-at-top
+  from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
+
+  def kernel(x_ref, w_ref, o_ref, acc_ref):
+    i = pl.program_id(0)
+    acc_ref[...] = jnp.tanh(x_ref[...]) * w_ref[...]
+    o_ref[...] = acc_ref[...] + i.astype(jnp.float32)
+
+  block = pl.BlockSpec((8, 128), lambda i: (i, 0))
+  call = pl.pallas_call(
+      kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+      grid=(2,), in_specs=[block, pl.BlockSpec((8, 128), lambda i: (0, 0))],
+      out_specs=block, scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
+      interpret=True)
+  return call, (_normal(16, 128), _normal(8, 128)), {}
+
+
 ZOO2 = {
     "ragged_moe": ragged_moe,
     "composite_gelu": composite_gelu,
@@ -289,4 +309,5 @@ ZOO2 = {
     "distrax_flow": distrax_flow,
     "jaxopt_lbfgs": jaxopt_lbfgs,
     "equinox_bounded_loop": equinox_bounded_loop,
+    "pallas_kernel": pallas_kernel,
 }

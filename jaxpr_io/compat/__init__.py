@@ -28,6 +28,7 @@ from jax._src import source_info_util
 from jax._src.state import types as state_types
 from jax._src import checkify as jax_checkify
 from jax._src import hashable_array
+from jax._src import frozen_dict
 from jax.experimental.sparse import util as sparse_util
 from jax._src import linear_util as lu
 from jax._src.export import _export as export_internal
@@ -70,6 +71,7 @@ AbstractRef = state_types.AbstractRef
 ErrorEffect = jax_checkify.ErrorEffect
 RaggedDotDimensionNumbers = lax_internal.RaggedDotDimensionNumbers
 HashableArray = hashable_array.HashableArray
+FrozenDict = frozen_dict.FrozenDict
 abstract_token = core.abstract_token
 DebugInfo = lu.DebugInfo
 MemorySpace = core.MemorySpace
@@ -128,6 +130,26 @@ def wrap_key_data(data, impl):
 
 def key_data(keys):
   return jax.random.key_data(keys)
+
+
+def pallas_modules() -> dict[str, Any] | None:
+  """Pallas's modules of dataclasses and enums, by the short name the
+  format gives them ("core", and each backend's: "tpu", "triton", "gpu"),
+  or None where this jaxlib has no Pallas. Backends that do not import
+  here (e.g. without their bindings) are left out."""
+  try:
+    from jax._src.pallas import core  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  modules = {"core": core}
+  for short, name in (("tpu", "jax._src.pallas.mosaic.core"),
+                      ("triton", "jax._src.pallas.triton.core"),
+                      ("gpu", "jax._src.pallas.mosaic_gpu.core")):
+    try:
+      modules[short] = importlib.import_module(name)
+    except ImportError:
+      continue
+  return modules
 
 
 def is_inexact(dtype) -> bool:
@@ -243,6 +265,8 @@ PRIMITIVE_MODULES = (
     "jax.experimental.sparse.bcoo", "jax.experimental.sparse.bcsr",
     "jax.experimental.sparse.coo", "jax.experimental.sparse.csr",
     "jax.experimental.sparse.linalg",
+    "jax._src.pallas.pallas_call", "jax._src.pallas.primitives",
+    "jax._src.pallas.core",
 )
 
 # Serialized primitive names written by older JAX releases -> today's name.

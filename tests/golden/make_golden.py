@@ -110,6 +110,25 @@ def ecosystem(x, w, data, indices):
   return mat @ scaled
 
 
+def pallas_kernel(x):
+  # From version 4: a Pallas kernel (records by field name, ref avals with
+  # Pallas memory spaces, the kernel's open jaxpr).
+  from jax.experimental import pallas as pl  # pylint: disable=g-import-not-at-top
+  from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
+
+  def kernel(x_ref, o_ref, acc_ref):
+    acc_ref[...] = x_ref[...] * 2.0
+    o_ref[...] = acc_ref[...] + pl.program_id(0).astype(jnp.float32)
+  block = pl.BlockSpec((8, 128), lambda i: (i, 0))
+  return pl.pallas_call(
+      kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+      grid=(2,), in_specs=[block], out_specs=block,
+      scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
+      compiler_params=pltpu.CompilerParams(
+          dimension_semantics=("parallel",)),
+      interpret=True)(x)
+
+
 CASES = {
     "mlp_constants": (closed_mlp, (_rng.randn(4, 6).astype(np.float32),), {}),
     "control_flow": (control_flow, (_rng.randn(5, 3).astype(np.float32),
@@ -133,6 +152,8 @@ CASES = {
                               _rng.randn(5).astype(np.float32),
                               np.array([[0, 0], [1, 2], [2, 1], [3, 3],
                                         [0, 3]], np.int32)), {}),
+    "pallas_kernel": (pallas_kernel,
+                      (_rng.randn(16, 128).astype(np.float32),), {}),
 }
 
 

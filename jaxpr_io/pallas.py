@@ -1,0 +1,146 @@
+"""Pallas kernels: `pallas_call` and the kernel-side primitives.
+
+A `pallas_call` equation holds the kernel as an open jaxpr over refs (ref
+avals: `Aval.ref`, format version 4) and describes its grid and blocks with
+Pallas's own frozen dataclasses: `GridMapping`, `BlockMapping`, block
+dimensions (`Blocked`, `Element`, `Squeezed`, `BoundedSlice`), `Buffered`
+pipelining, `CostEstimate` and each backend's `CompilerParams` (Mosaic TPU,
+Triton, Mosaic GPU). Memory spaces are enums.
+
+Each dataclass is a record stored *by field name*: `((name, value), ...)`
+for the fields that differ from the field's default, in declaration order.
+A reader fills the fields the file leaves out with this JAX's defaults and
+refuses a field this JAX's class does not have (a newer JAX's setting it
+cannot honour), naming it. So a kernel written under one JAX release loads
+under another as long as it uses what both have.
+
+What a kernel asks of the machine beyond describing a computation is
+screened by jaxpr_io/trust.py: the Mosaic TPU compiler `flags` and the
+Mosaic GPU profiler's `profile_space`/`profile_dir` (a path) are dropped
+from untrusted files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from jaxpr_io import compat
+from jaxpr_io import registry
+from jaxpr_io.errors import FormatError, UnsupportedError
+
+_pallas = compat.pallas_modules()
+
+_MISSING = dataclasses.MISSING
+
+
+def _default(field: dataclasses.Field):
+  if field.default is not _MISSING:
+    return field.default
+  if field.default_factory is not _MISSING:  # type: ignore[misc]
+    return field.default_factory()  # type: ignore[misc]
+  return _MISSING
+
+
+def _init_fields(cls) -> list[dataclasses.Field]:
+  return [f for f in dataclasses.fields(cls) if f.init]
+
+
+def _record_by_field_name(cls, name: str, must_be_none=()):
+  """Registers `cls` (a dataclass) as a record stored by field name."""
+  fields = _init_fields(cls)
+  names = {f.name for f in fields}
+
+  def encode(value) -> tuple:
+    stored = []
+    for f in fields:
+      v = getattr(value, f.name)
+      if f.name in must_be_none and v is not None:
+        raise UnsupportedError(f"{name}.{f.name} is {v!r:.80}: a Python "
+                               "callable, which a file cannot hold")
+      default = _default(f)
+      if default is not _MISSING and type(v) is type(default) and v == default:
+        continue
+      stored.append((f.name, v))
+    return tuple(stored)
+
+  def decode(stored):
+    if type(stored) is not tuple or not all(
+        type(item) is tuple and len(item) == 2 and type(item[0]) is str
+        for item in stored):
+      raise FormatError(f"{name}: the fields are not (name, value) pairs")
+    kwargs = dict(stored)
+    if len(kwargs) != len(stored):
+      raise FormatError(f"{name}: a field is given twice")
+    unknown = sorted(set(kwargs) - names)
+    if unknown:
+      raise FormatError(
+          f"{name}: this JAX's {cls.__qualname__} has no field "
+          f"{unknown[0]!r} (the file sets it to {kwargs[unknown[0]]!r:.80}); "
+          "load the file with the JAX release that wrote it")
+    for f in fields:
+      if f.name not in kwargs and _default(f) is _MISSING:
+        raise FormatError(f"{name}: the required field {f.name!r} is "
+                          "missing")
+    try:
+      return cls(**kwargs)
+    except (AssertionError, TypeError, ValueError, AttributeError,
+            IndexError, KeyError) as e:
+      # Pallas checks its dataclasses with asserts in __post_init__.
+      raise FormatError(f"{name} cannot be built from {stored!r:.200}: "
+                        f"{type(e).__name__}: {e}") from None
+
+  registry.register_param_codec(cls, name=name, encode=encode, decode=decode)
+
+
+def _register() -> None:
+  if _pallas is None:
+    return
+  core = _pallas["core"]
+  for attr in ("Blocked", "Element", "Squeezed", "BoundedSlice", "Buffered",
+               "CostEstimate", "BlockMapping"):
+    cls = vars(core).get(attr)
+    if cls is not None:
+      _record_by_field_name(cls, f"jax.pallas.{attr}")
+  _record_by_field_name(core.GridMapping, "jax.pallas.GridMapping",
+                        must_be_none=("get_grid_indices", "local_grid_env"))
+  for short, module in _pallas.items():
+    params = vars(module).get("CompilerParams")
+    if short != "core" and params is not None:
+      _record_by_field_name(params, f"jax.pallas.{short}.CompilerParams")
+    for attr, value in sorted(vars(module).items()):
+      if (isinstance(value, type) and issubclass(value, enum.Enum)
+          and value.__module__ == module.__name__
+          and value not in registry.ENUMS.by_key):
+        registry.register_enum(value, name=f"jax.pallas.{short}.{attr}")
+
+
+_register()
+
+
+def compiler_params_screen(params: dict, drop) -> dict:
+  """`pallas_call` params with the compiler settings an untrusted file may
+  not choose reset: `drop(param)` records each one dropped."""
+  value = params.get("compiler_params")
+  if value is None or not dataclasses.is_dataclass(value):
+    return params
+  resets: dict[str, Any] = {}
+  for field in _init_fields(type(value)):
+    if field.name in _UNTRUSTED_COMPILER_FIELDS:
+      default = _default(field)
+      if default is not _MISSING and getattr(value, field.name) != default:
+        resets[field.name] = default
+  if not resets:
+    return params
+  for name in resets:
+    drop(f"compiler_params.{name}")
+  params = dict(params)
+  params["compiler_params"] = dataclasses.replace(value, **resets)
+  return params
+
+
+# Mosaic TPU's `flags` are compiler flags; Mosaic GPU's profiler writes to
+# `profile_dir` (a path) and `profile_space`.
+_UNTRUSTED_COMPILER_FIELDS = frozenset({"flags", "profile_space",
+                                        "profile_dir"})
