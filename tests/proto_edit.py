@@ -9,6 +9,8 @@ helpers that reframe a message call it). See `jaxpr_io.equations.unpack`.
 
 from __future__ import annotations
 
+from jaxpr_io import _proto as _pb
+from jaxpr_io import container as _container
 from jaxpr_io import equations as _equations
 
 # id(Program message) -> (the message, {jaxpr index: its Equation messages}).
@@ -54,3 +56,27 @@ def inline_trees(msg) -> None:
   expand(msg.in_tree)
   expand(msg.out_tree)
   del msg.tree_nodes[:]
+
+
+def message(data: bytes):
+  """The `Program` message of a file's bytes."""
+  return _pb.Program.FromString(_container.Container(data).program)
+
+
+def reframe(msg, data: bytes, **to_bytes_kwargs) -> bytes:
+  """A file with the (edited) message `msg` and the data section of
+  `data`, checksums fixed up: what a crafted file looks like."""
+  store(msg)
+  c = _container.Container(data)
+  layout = _container.DataLayout()
+  if len(c.data):
+    layout.add(bytes(c.data))
+  return _container.to_bytes(msg.SerializeToString(deterministic=True),
+                             layout, **to_bytes_kwargs)
+
+
+def rename_string(data: bytes, old: str, new: str) -> bytes:
+  """`data` with string-table entry `old` replaced by `new`."""
+  msg = message(data)
+  msg.strings[list(msg.strings).index(old)] = new
+  return reframe(msg, data)

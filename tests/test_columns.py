@@ -36,18 +36,8 @@ def _program(fn=None, *args):
   return jaxpr_io.trace(fn, *args)
 
 
-def _message(data: bytes):
-  return pb.Program.FromString(container.Container(data).program)
-
-
-def _reframe(msg, data: bytes) -> bytes:
-  proto_edit.store(msg)
-  c = container.Container(data)
-  layout = container.DataLayout()
-  if len(c.data):
-    layout.add(bytes(c.data))
-  return container.to_bytes(msg.SerializeToString(deterministic=True),
-                            layout)
+_message = proto_edit.message
+_reframe = proto_edit.reframe
 
 
 def _edited(mutate, prog=None) -> bytes:

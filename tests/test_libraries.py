@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 import jaxpr_io
-from jaxpr_io import _proto as pb
-from jaxpr_io import container
+from tests import proto_edit
 from jaxpr_io import libraries
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
@@ -32,8 +31,7 @@ def _unvmap(x):
 
 
 def _strings(data: bytes) -> list[str]:
-  return list(pb.Program.FromString(container.Container(data).program)
-              .strings)
+  return list(proto_edit.message(data).strings)
 
 
 def test_every_entry_names_a_primitive_of_its_module():
@@ -89,22 +87,11 @@ def test_loading_imports_the_library_from_the_table(tmp_path):
   assert json.loads(out.stdout) == np.asarray(_unvmap(X)).tolist()
 
 
-def _renamed(data: bytes, old: str, new: str) -> bytes:
-  c = container.Container(data)
-  msg = pb.Program.FromString(c.program)
-  msg.strings[list(msg.strings).index(old)] = new
-  layout = container.DataLayout()
-  if len(c.data):
-    layout.add(bytes(c.data))
-  return container.to_bytes(msg.SerializeToString(deterministic=True),
-                            layout)
-
-
 def test_missing_package_names_what_to_install(monkeypatch):
   fake = libraries.LibraryPrimitive("fakelib.prim", "jaxpr_io_no_such_module",
                                     "prim_p", "fakelib-package")
   monkeypatch.setitem(libraries._BY_NAME, fake.name, fake)  # pylint: disable=protected-access
-  data = _renamed(jaxpr_io.dumps(jaxpr_io.trace(_unvmap, X)),
+  data = proto_edit.rename_string(jaxpr_io.dumps(jaxpr_io.trace(_unvmap, X)),
                   "equinox.unvmap_any", "fakelib.prim")
   with pytest.raises(jaxpr_io.FormatError,
                      match="pip install fakelib-package"):
@@ -112,7 +99,7 @@ def test_missing_package_names_what_to_install(monkeypatch):
 
 
 def test_a_file_cannot_name_a_module_to_import():
-  data = _renamed(jaxpr_io.dumps(jaxpr_io.trace(_unvmap, X)),
+  data = proto_edit.rename_string(jaxpr_io.dumps(jaxpr_io.trace(_unvmap, X)),
                   "equinox.unvmap_any", "antigravity.unvmap_any")
   with pytest.raises(jaxpr_io.FormatError, match="antigravity.unvmap_any"):
     jaxpr_io.loads(data)

@@ -17,8 +17,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as pltriton
 
 import jaxpr_io
-from jaxpr_io import _proto as pb
-from jaxpr_io import container
+from tests import proto_edit
 from jaxpr_io import converters
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
@@ -118,21 +117,10 @@ def test_triton_kernel_lowers_for_cuda_from_its_file():
       "__gpu$xla.gpu.triton")
 
 
-def _edit_record_field(data: bytes, old: str, new: str) -> bytes:
-  c = container.Container(data)
-  msg = pb.Program.FromString(c.program)
-  msg.strings[list(msg.strings).index(old)] = new
-  layout = container.DataLayout()
-  if len(c.data):
-    layout.add(bytes(c.data))
-  return container.to_bytes(msg.SerializeToString(deterministic=True),
-                            layout)
-
-
 def test_a_field_this_jax_lacks_is_named():
   params = pltpu.CompilerParams(vmem_limit_bytes=1 << 20)
   data = jaxpr_io.dumps(jaxpr_io.trace(_blocked_kernel(params), X, Y))
-  data = _edit_record_field(data, "vmem_limit_bytes", "vmem_limit_bytes_v9")
+  data = proto_edit.rename_string(data, "vmem_limit_bytes", "vmem_limit_bytes_v9")
   with pytest.raises(jaxpr_io.FormatError,
                      match="has no field 'vmem_limit_bytes_v9'"):
     jaxpr_io.loads(data)

@@ -17,7 +17,6 @@ from jax import lax
 
 import jaxpr_io
 from jaxpr_io import _proto as pb
-from jaxpr_io import container
 from tests import proto_edit
 from tests.roundtrip import assert_bit_identical, assert_roundtrip
 
@@ -31,25 +30,14 @@ def _refs_program():
   return jaxpr_io.trace(f, jnp.arange(4.0))
 
 
-def _message(data: bytes):
-  return pb.Program.FromString(container.Container(data).program)
-
-
-def _reframe(msg, data: bytes) -> bytes:
-  proto_edit.store(msg)
-  c = container.Container(data)
-  layout = container.DataLayout()
-  if len(c.data):
-    layout.add(bytes(c.data))
-  return container.to_bytes(msg.SerializeToString(deterministic=True),
-                            layout)
+_message = proto_edit.message
 
 
 def _edited(prog, mutate) -> bytes:
   data = jaxpr_io.dumps(prog)
   msg = _message(data)
   mutate(msg)
-  return _reframe(msg, data)
+  return proto_edit.reframe(msg, data)
 
 
 def _ref_avals(msg):
@@ -177,16 +165,11 @@ def test_version_4_fields_in_a_version_3_file(what):
   data = jaxpr_io.dumps(_refs_program())
   msg = _message(data)
   msg.format_version = 3
-  c = container.Container(data)
-  layout = container.DataLayout()
-  if len(c.data):
-    layout.add(bytes(c.data))
   if what == "treedef":  # keep refs readable: only the treedef is new
     for i in _ref_avals(msg):
       inner = msg.avals[msg.avals[i].ref.inner_aval]
       msg.avals[i].CopyFrom(inner)
-  raw = container.to_bytes(msg.SerializeToString(deterministic=True), layout,
-                           format_version=3)
+  raw = proto_edit.reframe(msg, data, format_version=3)
   with pytest.raises(jaxpr_io.FormatError,
                      match=f"a {what} .*before version 4"):
     jaxpr_io.loads(raw)

@@ -102,6 +102,16 @@ def _zoo_builders() -> Iterator[tuple[str, Callable[[], Case]]]:
     return Case(fn, tuple(args), dict(kwargs))
   for name in sorted(zoo.ZOO):
     yield f"zoo.{name}", functools.partial(build, zoo.ZOO[name])
+  # The second zoo's programs of JAX's own features (format version 4); its
+  # ecosystem programs are tested per release in tests/test_zoo.py.
+  from tests import zoo2  # pylint: disable=g-import-not-at-top
+  for name in ZOO2_EXCHANGED:
+    yield f"zoo2.{name}", functools.partial(build, zoo2.ZOO2[name])
+
+
+ZOO2_EXCHANGED = ("ragged_moe", "composite_gelu", "bcoo_matmul", "bcsr_matmul",
+                  "refs_accumulate", "run_state_loop", "checkify_checks",
+                  "equinox_bounded_loop", "pallas_kernel")
 
 
 def _program_builders() -> Iterator[tuple[str, Callable[[], Case]]]:
