@@ -8,6 +8,7 @@ Each entry maps a name to a zero-argument builder returning
 from __future__ import annotations
 
 import functools
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +23,17 @@ def _normal(*shape):
   return _rng.randn(*shape).astype(np.float32)
 
 
+def _seeded(builder):
+  """Each program's random data depends only on its name, not on which
+  programs a process built before it (the exchange builds some)."""
+  @functools.wraps(builder)
+  def build():
+    _rng.seed(zlib.crc32(builder.__name__.encode()))
+    return builder()
+  return build
+
+
+@_seeded
 def ragged_moe():
   """A mixture-of-experts layer: tokens routed to their top expert, sorted
   by expert, multiplied by each expert's weights with one `ragged_dot`,
@@ -44,6 +56,7 @@ def ragged_moe():
   return moe, (params, x), {}
 
 
+@_seeded
 def composite_gelu():
   """`lax.composite`: a named decomposition with float, string and array
   attributes, as backends that match composites by name see it."""
@@ -58,6 +71,7 @@ def composite_gelu():
   return f, (_normal(3, 5),), {}
 
 
+@_seeded
 def bcoo_matmul():
   """A BCOO sparse matrix (its nonzeros are the differentiated input) times
   a dense one, then a sparse-dense elementwise product and a reduction."""
@@ -73,6 +87,7 @@ def bcoo_matmul():
   return f, (m.data, m.indices, rhs), {}
 
 
+@_seeded
 def bcsr_matmul():
   """A BCSR sparse matrix times a dense vector and matrix."""
   dense = np.where(_rng.rand(5, 7) < 0.4, _normal(5, 7), 0).astype(np.float32)
@@ -84,6 +99,7 @@ def bcsr_matmul():
   return f, (m.data, m.indices, m.indptr, _normal(7), _normal(7, 2)), {}
 
 
+@_seeded
 def refs_accumulate():
   """Mutable array references (`jax.new_ref`): reads, whole and sliced
   writes, and an accumulation."""
@@ -96,6 +112,7 @@ def refs_accumulate():
   return f, (_normal(4), _normal(3)), {}
 
 
+@_seeded
 def run_state_loop():
   """`run_state`: a stateful computation over refs, discharged by JAX."""
   from jax._src.state.discharge import run_state  # pylint: disable=g-import-not-at-top
@@ -111,6 +128,7 @@ def run_state_loop():
   return f, (_normal(2, 4), _normal(4, 4) * 0.5), {}
 
 
+@_seeded
 def checkify_checks():
   """`checkify.checkify` of a function with a user check, NaN, index and
   division checks: the program returns the error's arrays and the result.
@@ -127,6 +145,7 @@ def checkify_checks():
 
 
 # ------------------------------------------------------- the ecosystem
+@_seeded
 def numpyro_log_density():
   """NumPyro: the log density of a hierarchical regression."""
   import numpyro  # pylint: disable=g-import-not-at-top
@@ -144,6 +163,7 @@ def numpyro_log_density():
   return f, (params, _normal(10, 3), _normal(10)), {}
 
 
+@_seeded
 def numpyro_nuts_step():
   """NumPyro: one NUTS transition (tree building in while loops)."""
   import numpyro  # pylint: disable=g-import-not-at-top
@@ -163,6 +183,7 @@ def numpyro_nuts_step():
   return step, (np.float32(0.1), jax.random.key(1)), {}
 
 
+@_seeded
 def blackjax_hmc_step():
   """BlackJAX: one HMC step on a correlated Gaussian."""
   import blackjax  # pylint: disable=g-import-not-at-top
@@ -178,6 +199,7 @@ def blackjax_hmc_step():
   return step, (_normal(2), jax.random.key(3)), {}
 
 
+@_seeded
 def haiku_batchnorm_state():
   """Haiku: an MLP after BatchNorm, with its state updated (training)."""
   import haiku as hk  # pylint: disable=g-import-not-at-top
@@ -194,6 +216,7 @@ def haiku_batchnorm_state():
   return f, (params, state, x), {}
 
 
+@_seeded
 def keras3_mlp():
   """Keras 3 on the JAX backend: a stateless call of a Sequential model."""
   import keras  # pylint: disable=g-import-not-at-top
@@ -214,6 +237,7 @@ def keras3_mlp():
   return f, (trainable, _normal(2, 4)), {}
 
 
+@_seeded
 def jaxmd_lennard_jones():
   """JAX-MD: Lennard-Jones energy with a neighbour list, in a periodic box."""
   from jax_md import energy, space  # pylint: disable=g-import-not-at-top
@@ -230,6 +254,7 @@ def jaxmd_lennard_jones():
   return f, (positions,), {}
 
 
+@_seeded
 def distrax_flow():
   """Distrax: log-probabilities of a Normal and of a tanh-transformed one."""
   import distrax  # pylint: disable=g-import-not-at-top
@@ -241,6 +266,7 @@ def distrax_flow():
   return f, (np.zeros(3, np.float32), _normal(3) * 0.3), {}
 
 
+@_seeded
 def jaxopt_lbfgs():
   """jaxopt: five L-BFGS iterations of a regularized least squares."""
   import jaxopt  # pylint: disable=g-import-not-at-top
@@ -254,6 +280,7 @@ def jaxopt_lbfgs():
   return f, (np.zeros(3, np.float32), np.float32(0.1)), {}
 
 
+@_seeded
 def equinox_bounded_loop():
   """Equinox internals as Optimistix and Diffrax use them: a bounded
   `while_loop` (its `select_if_vmap`, `maybe_set` and `unvmap_*` primitives,
@@ -272,6 +299,7 @@ def equinox_bounded_loop():
   return f, (_normal(4), np.float32(0.5)), {}
 
 
+@_seeded
 def pallas_kernel():
   """A Pallas kernel in interpret mode: a grid of two blocks, BlockSpecs
   with index maps, a VMEM scratch ref and `program_id`."""
