@@ -19,7 +19,8 @@ from jaxpr_io import sharding as _sharding  # noqa: F401
 from jaxpr_io.callbacks import register_callback
 from jaxpr_io.program import Program, dumps, load, loads, save, trace
 from jaxpr_io.trust import DroppedParamWarning, register_ffi_target
-from jaxpr_io.registry import (register_enum, register_eqn_param_codec,
+from jaxpr_io.registry import (register_effect_codec, register_enum,
+                               register_eqn_param_codec,
                                register_named_tuple, register_param_codec,
                                register_primitive)
 from jaxpr_io.version import FORMAT_VERSION, __version__
@@ -28,7 +29,7 @@ __all__ = [
     "DroppedParamWarning", "FORMAT_VERSION", "FormatError", "JaxprIoError",
     "Program",
     "UnsupportedError", "__version__", "dumps", "load", "loads",
-    "register_callback",
+    "register_callback", "register_effect_codec",
     "register_enum", "register_ffi_target", "register_eqn_param_codec", "register_named_tuple",
     "register_param_codec",
     "register_primitive", "save", "trace",

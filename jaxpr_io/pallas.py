@@ -47,6 +47,23 @@ def _init_fields(cls) -> list[dataclasses.Field]:
   return [f for f in dataclasses.fields(cls) if f.init]
 
 
+def _symbolic(value) -> bool:
+  """Whether `value` (an aval, a ref aval or a tuple of them) has a
+  symbolic dimension."""
+  if type(value) is tuple:
+    return any(map(_symbolic, value))
+  if type(value) is compat.AbstractRef:
+    value = value.inner_aval
+  return any(type(d) is not int for d in getattr(value, "shape", ()))
+
+
+# Fields of array types that must have concrete shapes: `Program.__call__`
+# specializes a shape-polymorphic program's equations, not the kernels'
+# grids, and Pallas lowers fixed blocks.
+_CONCRETE_FIELDS = frozenset({"array_aval", "transformed_block_aval",
+                              "index_map_avals", "scratch_avals"})
+
+
 def _record_by_field_name(cls, name: str, must_be_none=()):
   """Registers `cls` (a dataclass) as a record stored by field name."""
   fields = _init_fields(cls)
@@ -83,6 +100,10 @@ def _record_by_field_name(cls, name: str, must_be_none=()):
       if f.name not in kwargs and _default(f) is _MISSING:
         raise FormatError(f"{name}: the required field {f.name!r} is "
                           "missing")
+    for field in _CONCRETE_FIELDS & set(kwargs):
+      if _symbolic(kwargs[field]):
+        raise FormatError(f"{name}: {field} {kwargs[field]} has a symbolic "
+                          "dimension; Pallas kernels need concrete shapes")
     try:
       return cls(**kwargs)
     except (AssertionError, TypeError, ValueError, AttributeError,

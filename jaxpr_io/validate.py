@@ -236,8 +236,45 @@ def _reshape_sizes(eqn) -> str | None:
   return None
 
 
+def _same_type(a, b) -> bool:
+  shape_a, shape_b = getattr(a, "shape", None), getattr(b, "shape", None)
+  return (shape_a is not None and shape_b is not None
+          and len(shape_a) == len(shape_b)
+          and all(compat.definitely_equal(x, y)
+                  for x, y in zip(shape_a, shape_b))
+          and getattr(a, "dtype", None) == getattr(b, "dtype", None))
+
+
+def _pallas_call_types(eqn) -> str | None:
+  # pallas_call's abstract evaluation returns `out_avals` without looking at
+  # its operands; the kernel runs on the array types its block mappings
+  # name. A file must keep the three in agreement.
+  grid_mapping = eqn.params.get("grid_mapping")
+  out_avals = eqn.params.get("out_avals")
+  if grid_mapping is None or type(out_avals) is not tuple:
+    return "pallas_call needs grid_mapping and out_avals"
+  arrays = [b.array_aval for b in grid_mapping.block_mappings]
+  n_in, n_out = grid_mapping.num_inputs, grid_mapping.num_outputs
+  if (len(arrays) != n_in + n_out or len(out_avals) != n_out
+      or len(eqn.outvars) != n_out or len(eqn.invars) < n_in):
+    return (f"pallas_call's {len(arrays)} block mappings, {len(out_avals)} "
+            f"out_avals and {len(eqn.outvars)} outputs do not fit its "
+            f"{n_in} inputs and {n_out} outputs")
+  operands = eqn.invars[len(eqn.invars) - n_in:]
+  for what, values, expected in (
+      ("input", [v.aval for v in operands], arrays[:n_in]),
+      ("output", [v.aval for v in eqn.outvars], arrays[n_in:]),
+      ("out_avals entry", list(out_avals), arrays[n_in:])):
+    for i, (got, want) in enumerate(zip(values, expected)):
+      if not _same_type(got, want):
+        return (f"pallas_call {what} {i} has type {got}, but its block "
+                f"mapping is for {want}")
+  return None
+
+
 _SHAPE_RULES: dict[str, Callable[[Any], str | None]] = {
     "reshape": _reshape_sizes,
+    "pallas_call": _pallas_call_types,
 }
 
 

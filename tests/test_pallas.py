@@ -139,3 +139,34 @@ def test_callables_in_grid_mapping_are_refused():
       jaxpr_io.dumps(prog)
   finally:
     eqn.params["grid_mapping"] = grid_mapping
+
+
+def _aval_index(msg, shape):
+  for i, a in enumerate(msg.avals):
+    if (a.WhichOneof("kind") == "shaped_array"
+        and [d.size for d in a.shaped_array.shape] == list(shape)):
+      return i
+  raise AssertionError(f"no aval of shape {shape}")
+
+
+def test_kernel_with_symbolic_block_shapes_is_refused():
+  # Found by the fuzzer: a symbolic dimension in the kernel's array types
+  # passed check=True, then failed at the first call.
+  data = jaxpr_io.dumps(jaxpr_io.trace(_blocked_kernel(), X, Y))
+  msg = proto_edit.message(data)
+  aval = msg.avals[_aval_index(msg, (16, 128))].shaped_array
+  msg.strings.append("b")
+  aval.shape[0].expr = len(msg.strings) - 1
+  with pytest.raises(jaxpr_io.FormatError,
+                     match="symbolic dimension; Pallas kernels need concrete"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
+def test_operands_must_match_the_block_mappings():
+  data = jaxpr_io.dumps(jaxpr_io.trace(_blocked_kernel(), X, Y))
+  msg = proto_edit.message(data)
+  root = msg.jaxprs[msg.closed_jaxprs[msg.root].jaxpr]
+  root.invars[0] = _aval_index(msg, (8, 128))  # the first input, retyped
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"pallas_call input 0 has type float32\[8,128\]"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data), check=True)

@@ -299,6 +299,37 @@ SEEDS = {
 }
 
 
+def _from_zoo2(name):
+  def build():
+    from tests import zoo2  # pylint: disable=g-import-not-at-top
+    return zoo2.ZOO2[name]()
+  return build
+
+
+def checkify_check():
+  """A program with checkify `check`s and their error effects."""
+  from jax.experimental import checkify  # pylint: disable=g-import-not-at-top
+
+  def f(x):
+    checkify.check(jnp.all(x > -5), "x too small: {} and {y}", x[0], y=x[1])
+    return jnp.log(jnp.abs(x) + 1.0)
+  return f, (_normal(3),), {}
+
+
+# Format version 4: refs, treedef params, avals as params, Pallas records,
+# checkify's error tree and effects, the library table.
+SEEDS.update({
+    "refs": _from_zoo2("refs_accumulate"),
+    "run_state": _from_zoo2("run_state_loop"),
+    "ragged": _from_zoo2("ragged_moe"),
+    "composite": _from_zoo2("composite_gelu"),
+    "bcoo": _from_zoo2("bcoo_matmul"),
+    "pallas": _from_zoo2("pallas_kernel"),
+    "equinox": _from_zoo2("equinox_bounded_loop"),
+    "checkify_check": checkify_check,
+})
+
+
 def build_one(name: str) -> bytes:
   fn, args, kwargs = SEEDS[name]()
   with warnings.catch_warnings():

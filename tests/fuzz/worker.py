@@ -20,7 +20,8 @@ Stages of one case (`run_case`):
   dumps   `jaxpr_io.dumps(prog)`
   reload  `loads` of those bytes with `check=True` (and `closed_jaxpr`)
   call    `jax.jit(prog)(*args, **kwargs)` on ones (zeros for keys) of the
-          input avals, then `jax.block_until_ready`
+          input avals (under `checkify.checkify` for a program with
+          checks), then `jax.block_until_ready`
 
 In `load` and `check`, any exception but `FormatError` is a failure
 (`load-exception`, `check-exception`); after a passed check, any exception
@@ -268,6 +269,7 @@ def call(prog):
   """Runs the first call; returns None, or why it was skipped."""
   import contextlib  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
+  from jaxpr_io import checks  # pylint: disable=import-outside-toplevel
   made = make_call_args(prog)
   if isinstance(made, str):
     return made
@@ -276,8 +278,13 @@ def call(prog):
   if mesh is not None:
     setter = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
     ctx = setter(mesh)
+  fun = prog
+  if checks.has_checks(prog.closed_jaxpr.jaxpr):
+    # A program with checkify checks is called functionalized, as
+    # `check=True` compiles it (and as its original must be).
+    fun = checks.functionalized(prog)
   with ctx:
-    out = jax.jit(prog)(*args, **kwargs)
+    out = jax.jit(fun)(*args, **kwargs)
     jax.block_until_ready(out)
   return None
 
