@@ -60,7 +60,6 @@ KNOWN_GAPS = {
     "rnn_fwd": "cuDNN RNN primitive and its RNN descriptor",
     "rnn_bwd": "cuDNN RNN primitive and its RNN descriptor",
     "thunky:*": "jax._src.thunky's primitives (0.12)",
-    "program_order": "jax._src.program_order's primitive (0.12)",
 }
 
 

@@ -267,6 +267,7 @@ PRIMITIVE_MODULES = (
     "jax.experimental.sparse.linalg",
     "jax._src.pallas.pallas_call", "jax._src.pallas.primitives",
     "jax._src.pallas.core",
+    "jax._src.program_order",  # 0.12; 0.11 defines it in jax._src.pjit
 )
 
 # Serialized primitive names written by older JAX releases -> today's name.
