@@ -457,6 +457,14 @@ class RaisingRule:
     raise cls(self.message)
 
 
+def _add_raising(table: dict, pattern: tuple, stored, what: str) -> None:
+  """Adds the stored error of `what` (a rule that raises for `pattern`) to
+  a decoded rule table."""
+  if pattern in table:
+    raise FormatError(f"{what} repeats the pattern {pattern}")
+  table[pattern] = RaisingRule(stored, what)
+
+
 # ------------------------------------------------------------ rebuilt rules
 class _Loaded:
   """A rule rebuilt from a file; `stored` is the decoded value, which the
@@ -784,10 +792,9 @@ def decode_jvp_rule(stored, params: dict):
   table = {}
   for i, rule in enumerate(rules):
     if type(rule) is tuple and len(rule) == 2:  # a rule that raises
-      in_zeros = _bools(rule[0], eqn.n_in, f"JVP rule {i}'s in_zeros")
-      if in_zeros in table:
-        raise FormatError(f"JVP rule {i} repeats the pattern {in_zeros}")
-      table[in_zeros] = RaisingRule(rule[1], f"JVP rule {i}")
+      _add_raising(table, _bools(rule[0], eqn.n_in,
+                                 f"JVP rule {i}'s in_zeros"), rule[1],
+                   f"JVP rule {i}")
       continue
     if type(rule) is not tuple or len(rule) != 3:
       raise FormatError(f"JVP rule {i} is not (in_zeros, jaxpr, out_zeros) "
@@ -1053,10 +1060,9 @@ def decode_fwd_rule(stored, params: dict):
       if pattern is None or not eqn.symbolic_zeros or i == 0:
         raise FormatError(f"forward rule {i} raises, but only patterns "
                           "after a rule that traces may (symbolic_zeros)")
-      _bools(pattern, eqn.n_in, f"forward rule {i}'s in_nonzeros")
-      if pattern in table:
-        raise FormatError(f"forward rule {i} repeats the pattern {pattern}")
-      table[pattern] = RaisingRule(rule[1], f"forward rule {i}")
+      _add_raising(table, _bools(pattern, eqn.n_in,
+                                 f"forward rule {i}'s in_nonzeros"), rule[1],
+                   f"forward rule {i}")
       continue
     if pattern is None:
       if eqn.symbolic_zeros or len(rules) != 1:
@@ -1102,11 +1108,9 @@ def decode_bwd_rule(stored, params: dict):
   n_res = None
   for i, rule in enumerate(rules):
     if type(rule) is tuple and len(rule) == 2:  # a pattern it raises for
-      ct_zeros = _bools(rule[0], eqn.n_out, f"backward rule {i}'s ct_zeros")
-      if ct_zeros in table:
-        raise FormatError(f"backward rule {i} repeats the pattern "
-                          f"{ct_zeros}")
-      table[ct_zeros] = RaisingRule(rule[1], f"backward rule {i}")
+      _add_raising(table, _bools(rule[0], eqn.n_out,
+                                 f"backward rule {i}'s ct_zeros"), rule[1],
+                   f"backward rule {i}")
       continue
     if type(rule) is not tuple or len(rule) != 4:
       raise FormatError(f"backward rule {i} is not (ct_zeros, jaxpr, "
