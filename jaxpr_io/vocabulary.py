@@ -21,6 +21,8 @@ import dataclasses
 import functools
 import re
 
+from jaxpr_io.errors import FormatError
+
 # (primitive, param) slots that hold OPEN jaxprs (no constants), or tuples
 # of them. Every other jaxpr-valued param holds closed jaxprs (values that a
 # param codec returns say for themselves, see custom_rules.py). Read off
@@ -108,6 +110,22 @@ def unrepresentable(where: Where, primitive: str, param: str, value,
           f"{where.writer_jax}) has no equivalent in jax {where.reader_jax}: "
           f"{why}. Load the file with the JAX release that wrote it, or "
           "re-trace the program under this one")
+
+
+def xla_metadata_pairs(value) -> tuple[tuple[str, str], ...]:
+  """`xla_metadata_call`'s `xla_metadata` (and a dict-like `ad_metadata`):
+  string pairs, sorted by key, each key once (JAX 0.11+ canonicalizes the
+  values to strings; so does the format)."""
+  if (type(value) is not tuple or not all(
+      type(p) is tuple and len(p) == 2 and type(p[0]) is str
+      and type(p[1]) is str for p in value)):
+    raise FormatError(f"xla_metadata_call metadata {value!r:.80} is not a "
+                      "tuple of (str, str) pairs")
+  keys = [k for k, _ in value]
+  if keys != sorted(set(keys)):
+    raise FormatError(f"xla_metadata_call metadata keys {keys!r:.80} are "
+                      "not sorted or repeat")
+  return value
 
 
 def unknown_primitive(where: Where, name: str) -> str:

@@ -53,10 +53,6 @@ KNOWN_GAPS = {
     "compute_on": "the compute_on primitive (0.11+) and its compute type",
     "cudnn_fusion": "a cuDNN fusion of the writing process",
     "fused_call": "jax.experimental.fused's call primitive",
-    "consume": "key-reuse checking primitive",
-    "assert_consumed_value": "key-reuse checking primitive",
-    "host_local_array_to_global_array": "multihost data movement helper",
-    "global_array_to_host_local_array": "multihost data movement helper",
     "rnn_fwd": "cuDNN RNN primitive and its RNN descriptor",
     "rnn_bwd": "cuDNN RNN primitive and its RNN descriptor",
     "thunky:*": "jax._src.thunky's primitives (0.12)",
@@ -67,8 +63,6 @@ KNOWN_GAPS = {
 # it cannot store yet: gaps, not storable.
 PARAM_GAPS = {
     "custom_vmap_call": "custom_vmap's rule is a Python callable",
-    "xla_metadata_call": "scheduling-group metadata call; its params are "
-                         "untested",
 }
 
 

@@ -268,6 +268,10 @@ PRIMITIVE_MODULES = (
     "jax._src.pallas.pallas_call", "jax._src.pallas.primitives",
     "jax._src.pallas.core",
     "jax._src.program_order",  # 0.12; 0.11 defines it in jax._src.pjit
+    # Key-reuse checking (consume, assert_consumed_value) and the multihost
+    # data movement helpers: JAX's own, in jax.experimental.
+    "jax.experimental.key_reuse._core", "jax.experimental.multihost_utils",
+    "jax.experimental.scheduling_groups",  # 0.10's xla_metadata_call
 )
 
 # Serialized primitive names written by older JAX releases -> today's name.
@@ -351,7 +355,11 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.io_callback.unordered",
                       "jax._src.callback:_IOEffect"),
                      ("jax.internal_mutable_array",
-                      "jax._src.core:internal_mutable_array_effect")):
+                      "jax._src.core:internal_mutable_array_effect"),
+                     ("jax.key_reuse.consume",
+                      "jax.experimental.key_reuse._core:consume_effect"),
+                     ("jax.key_reuse.assert",
+                      "jax.experimental.key_reuse._core:assert_effect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)

@@ -11,13 +11,18 @@ The format's vocabulary (jaxpr_io/vocabulary.py) was first written from JAX
   skipped unread: this release groups by `num_consts`/`num_carry`.
 * Params that later releases added (`vocabulary.OPTIONAL_PARAMS`) are
   dropped when they hold the value that means this release's behaviour.
+* `xla_metadata_call` (jax.experimental.scheduling_groups here) takes its
+  metadata as params of their own (`scheduling_group="g"`); the vocabulary
+  has JAX 0.11+'s form, `xla_metadata=(("scheduling_group", "g"),)` with
+  `ad_metadata="same"` (this release annotates derivatives with the same
+  metadata), so `vocabulary.xla_metadata_pairs` checks the pairs.
 """
 
 from __future__ import annotations
 
 from jaxpr_io import vocabulary
 from jaxpr_io.compat.adapter import Adapter
-from jaxpr_io.errors import FormatError
+from jaxpr_io.errors import FormatError, UnsupportedError
 
 _INLINE_TO_BOOL = {"auto": False, "jax_late": True}
 
@@ -41,10 +46,38 @@ def _jit_from_format(params, where):
   return params
 
 
+def _xla_metadata_call_to_format(params):
+  jaxpr = params.pop("jaxpr")
+  for key, value in params.items():
+    if type(value) is not str:
+      # This release lowers string metadata only (scheduling_groups.attr_get).
+      raise UnsupportedError(
+          f"xla_metadata_call metadata {key}={value!r:.80} is not a string; "
+          "JAX 0.10 cannot lower it, and the format stores strings")
+  return {"jaxpr": jaxpr, "xla_metadata": tuple(sorted(params.items())),
+          "ad_metadata": "same"}
+
+
+def _xla_metadata_call_from_format(params, where):
+  ad_metadata = params.pop("ad_metadata", "same")
+  if ad_metadata != "same":
+    raise FormatError(vocabulary.unrepresentable(
+        where, "xla_metadata_call", "ad_metadata", ad_metadata,
+        "this JAX annotates derivatives with the call's own metadata "
+        "('same')"))
+  pairs = vocabulary.xla_metadata_pairs(params.pop("xla_metadata", ()))
+  if "jaxpr" in dict(pairs):
+    raise FormatError("xla_metadata_call metadata names the key 'jaxpr'")
+  params.update(pairs)
+  return params
+
+
 class Jax010(Adapter):
   release_line = "0.10"
-  params_to_format = {"jit": _jit_to_format}
-  params_from_format = {"jit": _jit_from_format}
+  params_to_format = {"jit": _jit_to_format,
+                      "xla_metadata_call": _xla_metadata_call_to_format}
+  params_from_format = {"jit": _jit_from_format,
+                        "xla_metadata_call": _xla_metadata_call_from_format}
   # JAX 0.11+'s FlatTree grouping of scan's operands; the counts suffice.
   skipped_params = vocabulary.RELEASE_HINT_PARAMS
   # jaxlib 0.10's while-loop trip-count analysis takes `i + i` for

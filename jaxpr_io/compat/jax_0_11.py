@@ -220,6 +220,19 @@ def _composite_from_format(params, where):
   return _renamed(params, "jaxpr", _COMPOSITE_JAXPR)
 
 
+def _xla_metadata_call_from_format(params, where):
+  """The metadata pairs are checked before JAX lowers them into XLA
+  attributes; `ad_metadata` is "same" or pairs (JAX's "drop" is `()`)."""
+  del where
+  params["xla_metadata"] = vocabulary.xla_metadata_pairs(
+      params.get("xla_metadata", ()))
+  ad_metadata = params.get("ad_metadata", "same")
+  if ad_metadata != "same":
+    vocabulary.xla_metadata_pairs(ad_metadata)
+  params["ad_metadata"] = ad_metadata
+  return params
+
+
 # ------------------------------------------------------------- contexts
 # 0.11 added layout modes to the equation context; 0.12 added
 # `no_collectives`.
@@ -239,7 +252,8 @@ class Jax011(Adapter):
                       "composite": _composite_to_format}
   params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format,
                         "eval_jaxpr": _eval_jaxpr_from_format,
-                        "composite": _composite_from_format}
+                        "composite": _composite_from_format,
+                        "xla_metadata_call": _xla_metadata_call_from_format}
   record_codecs = _RECORD_CODECS
 
   def context_to_format(self, ctx) -> dict:

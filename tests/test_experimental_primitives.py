@@ -1,0 +1,176 @@
+"""Primitives of `jax.experimental` modules round-trip: key-reuse checking
+(`consume`, `assert_consumed_value`), the multihost data-movement helpers,
+and scheduling groups (`xla_metadata_call`, whose params differ between JAX
+0.10 and 0.11+; the format stores 0.11's form, jaxpr_io/compat/jax_0_10.py).
+Each test compares the loaded program with the original function."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import multihost_utils
+from jax.experimental import scheduling_groups
+from jax.experimental.key_reuse import _core as key_reuse
+from jax.sharding import Mesh, PartitionSpec as P
+
+import jaxpr_io
+from jaxpr_io import compat
+from tests import proto_edit
+from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
+                             assert_same_outcome)
+
+X = jnp.arange(8.0, dtype=jnp.float32) / 3.0
+_JAX_010 = compat.JAX_VERSION.startswith("0.10.")
+
+
+def _primitives(prog) -> set[str]:
+  from jaxpr_io import validate  # pylint: disable=g-import-not-at-top
+  return {e.primitive.name for j in validate.walk_jaxprs(
+      prog.closed_jaxpr.jaxpr) for e in j.eqns}
+
+
+# ------------------------------------------------------------- key reuse
+def _consumes(key):
+  key = key_reuse.consume(key)
+  key_reuse.assert_consumed(key)
+  return jax.random.normal(key, (3,))
+
+
+def test_key_reuse_primitives_and_their_effects_round_trip():
+  key = jax.random.key(7)
+  prog = jaxpr_io.trace(_consumes, key)
+  assert {"consume", "assert_consumed_value"} <= _primitives(prog)
+  # JAX cannot lower their effects, so check=True (which compiles) refuses
+  # the program, as jax.jit refuses the original.
+  loaded = assert_roundtrip(prog, check=False)
+  assert loaded.closed_jaxpr.jaxpr.effects == prog.closed_jaxpr.jaxpr.effects
+  assert_bit_identical(loaded(key), _consumes(key))
+  with pytest.raises(ValueError, match="Cannot lower jaxpr with effects"):
+    jax.jit(_consumes)(key)
+  with pytest.raises(ValueError, match="Cannot lower jaxpr with effects"):
+    jax.jit(loaded)(key)
+  with pytest.raises(jaxpr_io.FormatError, match="cannot be lowered"):
+    jaxpr_io.loads(jaxpr_io.dumps(prog), check=True)
+
+
+# ------------------------------------------------------------- multihost
+def test_multihost_array_helpers_round_trip():
+  mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+
+  def f(x):
+    g = multihost_utils.host_local_array_to_global_array(x, mesh, P("d"))
+    return multihost_utils.global_array_to_host_local_array(
+        jnp.sin(g) * 2.0, mesh, P("d"))
+
+  prog = jaxpr_io.trace(f, X)
+  assert {"host_local_array_to_global_array",
+          "global_array_to_host_local_array"} <= _primitives(prog)
+  loaded = assert_roundtrip(prog)
+  eqn = loaded.closed_jaxpr.jaxpr.eqns[0]
+  assert eqn.params["global_mesh"] == mesh and eqn.params["pspec"] == P("d")
+  assert_bit_identical(loaded(X), f(X))
+  assert_bit_identical(jax.jit(loaded)(X), jax.jit(f)(X))
+  assert_same_outcome(jax.vmap, f, loaded, jnp.stack([X, X + 1]))
+
+
+# ----------------------------------------------------- scheduling groups
+def _grouped(x):
+  y = scheduling_groups.scheduling_group(name="layer1")(
+      lambda a: jnp.sin(a) * 2.0)(x)
+  return y + 1.0
+
+
+def test_scheduling_group_round_trips_with_its_metadata():
+  prog = jaxpr_io.trace(_grouped, X)
+  assert "xla_metadata_call" in _primitives(prog)
+  loaded = assert_roundtrip(prog)
+  assert_bit_identical(loaded(X), _grouped(X))
+  assert_same_outcome(jax.grad, lambda x: _grouped(x).sum(),
+                      lambda x: loaded(x).sum(), X)
+  assert_same_outcome(jax.vmap, _grouped, loaded, jnp.stack([X, X * 2]))
+  assert_same_outcome(lambda f: lambda x: jax.jvp(f, (x,), (x,)),
+                      _grouped, loaded, X)
+  # The group reaches XLA as it does from the original (the module is named
+  # after the function).
+  text = jax.jit(loaded).lower(X).as_text()
+  want = jax.jit(_grouped).lower(X).as_text()
+  assert text.split("\n", 1)[1] == want.split("\n", 1)[1]
+  assert 'scheduling_group = "layer1"' in text
+
+
+def test_scheduling_group_is_stored_in_the_vocabulary_form():
+  # Every release stores JAX 0.11's params, so each reads the others' files
+  # (tests/exchange runs them across releases).
+  msg = proto_edit.message(jaxpr_io.dumps(jaxpr_io.trace(_grouped, X)))
+  (eqn,) = proto_edit.by_primitive(msg, "xla_metadata_call")
+  names = {msg.strings[p.name]
+           for p in msg.param_sets[eqn.param_set].params}
+  assert names == {"jaxpr", "xla_metadata", "ad_metadata"}
+
+
+def test_unknown_ad_metadata_is_a_format_error():
+  data = jaxpr_io.dumps(jaxpr_io.trace(_grouped, X))
+  bad = proto_edit.rename_string(data, "same", "sane")
+  with pytest.raises(jaxpr_io.FormatError, match="ad_metadata|metadata"):
+    jaxpr_io.loads(bad)
+
+
+def _with_metadata_value(edit) -> bytes:
+  """The grouped program's file with its `xla_metadata` param edited."""
+  data = jaxpr_io.dumps(jaxpr_io.trace(_grouped, X))
+  msg = proto_edit.message(data)
+  (eqn,) = proto_edit.by_primitive(msg, "xla_metadata_call")
+  (param,) = [p for p in msg.param_sets[eqn.param_set].params
+              if msg.strings[p.name] == "xla_metadata"]
+  edit(param.value.tuple.items[0].tuple)
+  return proto_edit.reframe(msg, data)
+
+
+def test_metadata_that_is_not_string_pairs_is_a_format_error():
+  def to_int(pair):
+    pair.items[1].int = 3
+  with pytest.raises(jaxpr_io.FormatError, match=r"\(str, str\) pairs"):
+    jaxpr_io.loads(_with_metadata_value(to_int))
+
+  def repeat_key(pair):
+    pair.items.add().CopyFrom(pair.items[1])
+  with pytest.raises(jaxpr_io.FormatError, match="pairs"):
+    jaxpr_io.loads(_with_metadata_value(repeat_key))
+
+
+@pytest.mark.skipif(not _JAX_010, reason="JAX 0.10 passes metadata as params")
+def test_jax010_refuses_metadata_named_like_its_jaxpr_param():
+  data = jaxpr_io.dumps(jaxpr_io.trace(_grouped, X))
+  bad = proto_edit.rename_string(data, "scheduling_group", "jaxpr")
+  with pytest.raises(jaxpr_io.FormatError, match="names the key 'jaxpr'"):
+    jaxpr_io.loads(bad)
+
+
+@pytest.mark.skipif(not _JAX_010, reason="JAX 0.10's metadata params")
+def test_jax010_refuses_metadata_it_cannot_lower():
+  def f(x):
+    return scheduling_groups.xla_metadata_call(priority=3)(jnp.sin)(x)
+  with pytest.raises(jaxpr_io.UnsupportedError, match="priority=3"):
+    jaxpr_io.dumps(jaxpr_io.trace(f, X))
+
+
+@pytest.mark.skipif(_JAX_010, reason="JAX 0.11+'s xla_metadata_call2")
+def test_metadata_and_ad_metadata_round_trip():
+  from jax._src import xla_metadata  # pylint: disable=g-import-not-at-top
+
+  def f(x):
+    return xla_metadata.xla_metadata_call2(
+        metadata={"scheduling_group": "fwd", "flag": True},
+        ad_metadata={"scheduling_group": "bwd"})(jnp.sin)(x) * 3.0
+
+  prog = jaxpr_io.trace(f, X)
+  loaded = assert_roundtrip(prog)
+  params = loaded.closed_jaxpr.jaxpr.eqns[0].params
+  assert params["xla_metadata"] == (("flag", "true"),
+                                    ("scheduling_group", "fwd"))
+  assert params["ad_metadata"] == (("scheduling_group", "bwd"),)
+  assert_bit_identical(loaded(X), f(X))
+  assert_same_outcome(jax.grad, lambda x: f(x).sum(),
+                      lambda x: loaded(x).sum(), X)
