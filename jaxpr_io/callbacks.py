@@ -5,7 +5,8 @@
 (`debug_print`) holds the format string and printing options as data, and
 the loaded program prints the same text.
 
-The other three call an arbitrary Python function, which a file cannot hold.
+The other three, and `jax.experimental.buffer_callback`, call an arbitrary
+Python function, which a file cannot hold.
 Such a function is storable only once it is registered under a stable name,
 in the saving process and again in the loading one:
 
@@ -22,6 +23,9 @@ Stored values (inside `Value.param_codec`), by (primitive, param):
 * `pure_callback` / `io_callback`, `callback` (JAX's `_FlatCallback`):
   `(name, in_tree)`, the registered name of the user function and the
   structure of its `(args, kwargs)`;
+* `buffer_callback`, `callback` (the user function itself): its
+  registered name; the other params (`result_avals`, `in_tree`, `out_tree`,
+  ...) are plain data, avals and treedefs;
 * `pure_callback` / `io_callback` / `ffi_call`, `result_avals`: a tuple of
   avals, each
   `(shape, dtype, weak_type, sharding | None, memory_space,
@@ -318,6 +322,19 @@ def decode_flat_callback(stored, params):
   return compat_cb.FlatCallback(_lookup(name), _call_tree(tree))
 
 
+# ------------------------------------------------------- buffer_callback
+# `jax.experimental.buffer_callback` binds the user function itself; it
+# receives mutable buffers of the call's operands and results.
+def encode_buffer_callback(callback, params) -> str:
+  del params
+  return _name_of(callback, "jax.experimental.buffer_callback")
+
+
+def decode_buffer_callback(stored, params):
+  del params
+  return _lookup(stored)
+
+
 # ------------------------------------------------------- debug_callback
 def encode_debug_callback(callback, params) -> tuple:
   del params
@@ -434,6 +451,8 @@ _CODECS = (
     # `jax.ffi.ffi_call`'s results; which targets a file may call is
     # jaxpr_io/trust.py's decision.
     ("ffi_call", "result_avals", encode_avals, decode_avals),
+    ("buffer_callback", "callback", encode_buffer_callback,
+     decode_buffer_callback),
     ("debug_callback", "callback", encode_debug_callback,
      decode_debug_callback),
     ("debug_callback", "effect", encode_debug_effect, decode_debug_effect),

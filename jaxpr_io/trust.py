@@ -104,6 +104,8 @@ _DROPPED_WHY = {
     "compiler_options_kvs": "it sets XLA compiler options, which can write "
                             "files (xla_dump_to) or change numerics.",
     "compiler_params.flags": "it sets Mosaic compiler flags.",
+    "compiler_options_json": "it sets XLA compiler options (the backend "
+                             "config of the computation).",
     "compiler_params.profile_space": "it turns on the Mosaic GPU profiler, "
                                      "which writes files.",
     "compiler_params.profile_dir": "it names a directory for the Mosaic GPU "
@@ -121,6 +123,28 @@ def _screen_jit(name: str, params: dict, screen: Screen) -> dict:
   if params.get("compiler_options_kvs"):
     params["compiler_options_kvs"] = ()
     screen.drop(name, "compiler_options_kvs")
+  return params
+
+
+# compute_on's compute types, as JAX's `compute_on._check_valid` accepts
+# them (its check runs when tracing, not when binding a loaded equation).
+_COMPUTE_TYPE = re.compile(r"device_host|device|tpu_sparsecore|gpu_stream:\d{1,9}")
+
+
+def _screen_compute_on(name: str, params: dict, screen: Screen) -> dict:
+  compute_type = params.get("compute_type")
+  if type(compute_type) is not str or not _COMPUTE_TYPE.fullmatch(
+      compute_type):
+    raise FormatError(f"compute_on's compute_type {compute_type!r:.80} is "
+                      "not one of device_host, device, tpu_sparsecore, "
+                      "gpu_stream:<n>")
+  options = params.get("compiler_options_json")
+  if options is not None and type(options) is not str:
+    raise FormatError("compute_on's compiler_options_json is not None or a "
+                      "string")
+  if options is not None and not screen.trusted:
+    params["compiler_options_json"] = None
+    screen.drop(name, "compiler_options_json")
   return params
 
 
@@ -287,6 +311,7 @@ SCREENS: dict[str, Callable[[str, dict, Screen], dict]] = {
     "debug_print": _screen_debug_print,
     "check": _screen_check,
     "pallas_call": _screen_pallas_call,
+    "compute_on": _screen_compute_on,
 }
 
 POLICIES: tuple[Policy, ...] = (
@@ -296,6 +321,15 @@ POLICIES: tuple[Policy, ...] = (
     Policy("`jit` `compiler_options_kvs`", "dropped",
            "reset to none: a file cannot set XLA options such as "
            "`xla_dump_to`", "kept"),
+    Policy("`compute_on` `compiler_options_json`", "dropped",
+           "reset to none: a file cannot set XLA compiler options", "kept"),
+    Policy("`compute_on` `compute_type`", "validated",
+           "one of `device_host`, `device`, `tpu_sparsecore`, "
+           "`gpu_stream:<n>`", "the same"),
+    Policy("`xla_metadata_call` `xla_metadata`, `ad_metadata`", "validated",
+           "sorted (str, str) pairs, each key once (XLA frontend "
+           "attributes, as `jax.experimental.xla_metadata` sets them)",
+           "the same"),
     Policy("`pallas_call` `compiler_params`: Mosaic TPU `flags`, Mosaic "
            "GPU `profile_space` and `profile_dir`", "dropped",
            "reset to their defaults: a file cannot set Mosaic compiler flags "

@@ -48,11 +48,6 @@ KNOWN_GAPS = {
     "pallas:*": "the backend-specific Pallas primitives (Mosaic TPU and GPU, "
                 "Triton, the fuser); pallas_call and the core kernel "
                 "primitives are storable",
-    "buffer_callback": "a host callback on raw buffers; needs an entry in "
-                       "the callback registry",
-    "compute_on": "the compute_on primitive (0.11+) and its compute type",
-    "cudnn_fusion": "a cuDNN fusion of the writing process",
-    "fused_call": "jax.experimental.fused's call primitive",
     "rnn_fwd": "cuDNN RNN primitive and its RNN descriptor",
     "rnn_bwd": "cuDNN RNN primitive and its RNN descriptor",
     "thunky:*": "jax._src.thunky's primitives (0.12)",

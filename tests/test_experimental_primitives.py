@@ -1,6 +1,9 @@
 """Primitives of `jax.experimental` modules round-trip: key-reuse checking
 (`consume`, `assert_consumed_value`), the multihost data-movement helpers,
-and scheduling groups (`xla_metadata_call`, whose params differ between JAX
+`buffer_callback` (through the callback registry), `compute_on` (its compute
+type validated, its compiler options dropped from untrusted files), the GPU
+fusions `cudnn_fusion` and `fused_call` (stored here, lowered for CUDA from
+the file on this machine without a GPU), and scheduling groups (`xla_metadata_call`, whose params differ between JAX
 0.10 and 0.11+; the format stores 0.11's form, jaxpr_io/compat/jax_0_10.py).
 Each test compares the loaded program with the original function."""
 
@@ -10,13 +13,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src import compute_on as compute_on_lib
+from jax._src.cudnn.fusion import cudnn_fusion
+from jax.experimental.fused import fused
+from jax.experimental import buffer_callback as buffer_cb
 from jax.experimental import multihost_utils
 from jax.experimental import scheduling_groups
 from jax.experimental.key_reuse import _core as key_reuse
 from jax.sharding import Mesh, PartitionSpec as P
 
 import jaxpr_io
-from jaxpr_io import compat
+from jaxpr_io import converters
+from jaxpr_io import callbacks, compat
 from tests import proto_edit
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
@@ -73,6 +81,151 @@ def test_multihost_array_helpers_round_trip():
   assert_bit_identical(loaded(X), f(X))
   assert_bit_identical(jax.jit(loaded)(X), jax.jit(f)(X))
   assert_same_outcome(jax.vmap, f, loaded, jnp.stack([X, X + 1]))
+
+
+# ------------------------------------------------------- buffer_callback
+@callbacks.register_callback("tests.test_experimental_primitives.add_scaled")
+def _add_scaled(ctx, out, x, y):
+  del ctx
+  np.asarray(out)[...] = np.asarray(x) * 3.0 + np.asarray(y)
+
+
+def _with_buffer_callback(x, y):
+  out = buffer_cb.buffer_callback(
+      _add_scaled, jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
+  return jnp.cos(out)
+
+
+def test_buffer_callback_calls_the_registered_function():
+  prog = jaxpr_io.trace(_with_buffer_callback, X, X + 1.0)
+  assert "buffer_callback" in _primitives(prog)
+  loaded = assert_roundtrip(prog)
+  assert_bit_identical(loaded(X, X + 1.0), _with_buffer_callback(X, X + 1.0))
+  assert_bit_identical(jax.jit(loaded)(X, X), jax.jit(_with_buffer_callback)(X, X))
+
+
+def test_buffer_callback_needs_the_name_registered_where_it_loads():
+  data = jaxpr_io.dumps(jaxpr_io.trace(_with_buffer_callback, X, X))
+  bad = proto_edit.rename_string(
+      data, "tests.test_experimental_primitives.add_scaled", "not.registered")
+  with pytest.raises(jaxpr_io.FormatError, match="'not.registered'.*register"):
+    jaxpr_io.loads(bad)
+
+
+def test_unregistered_buffer_callback_is_refused_at_dumps():
+  def f(x):
+    return buffer_cb.buffer_callback(
+        lambda ctx, out, a: None, jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+  with pytest.raises(jaxpr_io.UnsupportedError, match="register_callback"):
+    jaxpr_io.dumps(jaxpr_io.trace(f, X))
+
+
+# ------------------------------------------------------------ compute_on
+# JAX 0.10 calls the function transformation compute_on2; 0.11+ compute_on.
+_compute_on = getattr(compute_on_lib, "compute_on2", None) or \
+    compute_on_lib.compute_on
+
+
+def _on_host(compiler_options=None):
+  def f(x):
+    y = _compute_on(compute_type="device_host",
+                    out_memory_spaces=compat.MemorySpace.Device,
+                    compiler_options=compiler_options)(
+                        lambda a: jnp.sin(a) * 2.0)(x)
+    return y + 1.0
+  return f
+
+
+def test_compute_on_round_trips():
+  f = _on_host()
+  prog = jaxpr_io.trace(f, X)
+  assert "compute_on" in _primitives(prog)
+  loaded = assert_roundtrip(prog)
+  assert_bit_identical(loaded(X), f(X))
+  assert_same_outcome(jax.grad, lambda x: f(x).sum(),
+                      lambda x: loaded(x).sum(), X)
+  assert_same_outcome(jax.vmap, f, loaded, jnp.stack([X, X * 2]))
+  text = jax.jit(loaded).lower(X).as_text()
+  assert '_xla_compute_type = "host"' in text
+
+
+def test_untrusted_compute_on_loses_its_compiler_options():
+  f = _on_host({"some_option": 1})
+  prog = jaxpr_io.trace(f, X)
+  data = jaxpr_io.dumps(prog)
+  with pytest.warns(jaxpr_io.DroppedParamWarning,
+                    match="compiler_options_json"):
+    loaded = jaxpr_io.loads(data)
+  assert loaded.closed_jaxpr.jaxpr.eqns[0].params[
+      "compiler_options_json"] is None
+  assert_bit_identical(loaded(X), _on_host()(X))
+  trusted = jaxpr_io.loads(data, trusted=True)
+  assert str(trusted.closed_jaxpr) == str(prog.closed_jaxpr)
+
+
+def test_unknown_compute_type_is_a_format_error():
+  data = jaxpr_io.dumps(jaxpr_io.trace(_on_host(), X))
+  for bad in ("device_hostile", "gpu_stream:x"):
+    with pytest.raises(jaxpr_io.FormatError, match="compute_type"):
+      jaxpr_io.loads(proto_edit.rename_string(data, "device_host", bad))
+
+
+# ---------------------------------------------------------- GPU fusions
+def _custom_calls(exported) -> list[str]:
+  """The custom-call lines of an exported module, without locations."""
+  return [line.split(" loc(")[0].strip()
+          for line in exported.mlir_module().splitlines()
+          if "stablehlo.custom_call" in line]
+
+
+def _same_cuda_lowering(loaded, original, args, target):
+  checks = [jax.export.DisabledSafetyCheck.custom_call(target)]
+  got = converters.to_exported(loaded, platforms=["cuda"],
+                               disabled_checks=checks)
+  want = jax.export.export(jax.jit(original), platforms=["cuda"],
+                           disabled_checks=checks)(*args)
+  assert got.platforms == ("cuda",)
+  assert _custom_calls(got) == _custom_calls(want)
+  assert any(target in line for line in _custom_calls(got))
+
+
+@cudnn_fusion
+def _matmul(a, b):
+  return jnp.dot(a, b)
+
+
+def _with_cudnn_fusion(a, b):
+  return _matmul(a, b) + 1.0
+
+
+def test_cudnn_fusion_round_trips_and_lowers_for_cuda():
+  a = jnp.arange(16.0, dtype=jnp.float32).reshape(4, 4) / 7.0
+  prog = jaxpr_io.trace(_with_cudnn_fusion, a, a.T)
+  assert "cudnn_fusion" in _primitives(prog)
+  # No CPU lowering: check=True (which compiles here) cannot pass.
+  loaded = assert_roundtrip(prog, check=False)
+  assert loaded.closed_jaxpr.jaxpr.eqns[0].params["name"] == "_matmul"
+  # Called eagerly, the fusion evaluates its jaxpr, here as in the original.
+  assert_bit_identical(loaded(a, a.T), _with_cudnn_fusion(a, a.T))
+  _same_cuda_lowering(loaded, _with_cudnn_fusion, (a, a.T), "__cudnn$fusion")
+
+
+def _with_fused(x):
+  return fused(out_spaces=(compat.MemorySpace.Device,))(
+      lambda a: jnp.sin(a) * 2.0)(x) + 1.0
+
+
+def test_fused_call_round_trips_and_lowers_for_cuda():
+  prog = jaxpr_io.trace(_with_fused, X)
+  assert "fused_call" in _primitives(prog)
+  loaded = assert_roundtrip(prog, check=False)
+  assert loaded.closed_jaxpr.jaxpr.eqns[0].params["out_spaces"] == (
+      compat.MemorySpace.Device,)
+  # fused_call lowers only for CUDA, from the original as from the file.
+  for fn in (_with_fused, loaded):
+    with pytest.raises(NotImplementedError, match="fused_call"):
+      fn(X)
+  _same_cuda_lowering(loaded, _with_fused, (X,), "fused")
 
 
 # ----------------------------------------------------- scheduling groups

@@ -272,6 +272,8 @@ PRIMITIVE_MODULES = (
     # data movement helpers: JAX's own, in jax.experimental.
     "jax.experimental.key_reuse._core", "jax.experimental.multihost_utils",
     "jax.experimental.scheduling_groups",  # 0.10's xla_metadata_call
+    "jax._src.buffer_callback", "jax._src.compute_on",
+    "jax._src.cudnn.fusion", "jax.experimental.fused",
 )
 
 # Serialized primitive names written by older JAX releases -> today's name.
@@ -359,7 +361,9 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.key_reuse.consume",
                       "jax.experimental.key_reuse._core:consume_effect"),
                      ("jax.key_reuse.assert",
-                      "jax.experimental.key_reuse._core:assert_effect")):
+                      "jax.experimental.key_reuse._core:assert_effect"),
+                     ("jax.buffer_callback",
+                      "jax._src.buffer_callback:_BufferCallbackEffect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)
