@@ -126,6 +126,10 @@ def _register() -> None:
       _record_by_field_name(cls, f"jax.pallas.{attr}")
   _record_by_field_name(core.GridMapping, "jax.pallas.GridMapping",
                         must_be_none=("get_grid_indices", "local_grid_env"))
+  # Mosaic TPU's accumulator memory space (0.11+), a ref's memory space.
+  acc = vars(_pallas.get("tpu", core)).get("AccMemorySpace")
+  if acc is not None:
+    _record_by_field_name(acc, "jax.pallas.tpu.AccMemorySpace")
   for short, module in _pallas.items():
     params = vars(module).get("CompilerParams")
     if short != "core" and params is not None:

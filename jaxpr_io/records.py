@@ -418,6 +418,22 @@ def decode_frozen_dict(fields):
   return compat.FrozenDict(items)
 
 
+def encode_scalar_type(value) -> tuple:
+  """Fields: (dtype). A `jax.numpy` scalar type such as `jnp.bfloat16`
+  (Mosaic TPU's `stochastic_round` target)."""
+  return (np.dtype(value.dtype),)
+
+
+def decode_scalar_type(fields):
+  (dtype,) = _fields("jax.numpy.scalar_type", fields, ("dtype",))
+  scalar_type = compat.SCALAR_TYPES.get(dtype) if isinstance(
+      dtype, np.dtype) else None
+  if scalar_type is None:
+    raise FormatError(f"jax.numpy.scalar_type: {dtype!r:.80} is not the "
+                      "dtype of a jax.numpy scalar type")
+  return scalar_type
+
+
 _CODECS = (
     (compat.PRNGImpl, "jax.random.PRNGImpl", encode_prng_impl,
      decode_prng_impl),
@@ -444,6 +460,8 @@ _CODECS = (
      decode_hashable_array),
     (compat.FrozenDict, "jax.FrozenDict", encode_frozen_dict,
      decode_frozen_dict),
+    (compat.ScalarMeta, "jax.numpy.scalar_type", encode_scalar_type,
+     decode_scalar_type),
 )
 for _cls, _name, _encode, _decode in _CODECS:
   register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

@@ -72,6 +72,11 @@ ErrorEffect = jax_checkify.ErrorEffect
 RaggedDotDimensionNumbers = lax_internal.RaggedDotDimensionNumbers
 HashableArray = hashable_array.HashableArray
 FrozenDict = frozen_dict.FrozenDict
+# The class of `jax.numpy`'s scalar types (jnp.float32, jnp.bfloat16, ...),
+# and those types by dtype (each dtype has one).
+ScalarMeta = type(jnp.float32)
+SCALAR_TYPES = {jnp.dtype(t.dtype): t for t in vars(jnp).values()
+                if type(t) is ScalarMeta}
 abstract_token = core.abstract_token
 DebugInfo = lu.DebugInfo
 MemorySpace = core.MemorySpace
@@ -266,7 +271,7 @@ PRIMITIVE_MODULES = (
     "jax.experimental.sparse.coo", "jax.experimental.sparse.csr",
     "jax.experimental.sparse.linalg",
     "jax._src.pallas.pallas_call", "jax._src.pallas.primitives",
-    "jax._src.pallas.core",
+    "jax._src.pallas.core", "jax._src.pallas.mosaic.primitives",
     "jax._src.program_order",  # 0.12; 0.11 defines it in jax._src.pjit
     # Key-reuse checking (consume, assert_consumed_value) and the multihost
     # data movement helpers: JAX's own, in jax.experimental.
@@ -363,7 +368,14 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.key_reuse.assert",
                       "jax.experimental.key_reuse._core:assert_effect"),
                      ("jax.buffer_callback",
-                      "jax._src.buffer_callback:_BufferCallbackEffect")):
+                      "jax._src.buffer_callback:_BufferCallbackEffect"),
+                     # Mosaic TPU kernels' PRNG state, traces and MXU.
+                     ("jax.pallas.tpu.prng",
+                      "jax._src.pallas.mosaic.primitives:prng_effect"),
+                     ("jax.pallas.tpu.trace",
+                      "jax._src.pallas.mosaic.primitives:trace_effect"),
+                     ("jax.pallas.tpu.mxu",
+                      "jax._src.pallas.mosaic.primitives:mxu_effect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)

@@ -72,12 +72,28 @@ def _xla_metadata_call_from_format(params, where):
   return params
 
 
+def _mxu_from_format(primitive: str):
+  """Mosaic TPU's `matmul_acc_lhs`/`matmul_pop` address an accumulator by
+  `acc_addr` here; from JAX 0.11 on they take an accumulator ref."""
+  def rule(params, where):
+    if "acc_addr" not in params:
+      raise FormatError(vocabulary.unrepresentable(
+          where, primitive, "acc_transforms_tree",
+          params.get("acc_transforms_tree"),
+          "this JAX's Mosaic TPU addresses accumulators by acc_addr, not by "
+          "accumulator refs"))
+    return params
+  return rule
+
+
 class Jax010(Adapter):
   release_line = "0.10"
   params_to_format = {"jit": _jit_to_format,
                       "xla_metadata_call": _xla_metadata_call_to_format}
   params_from_format = {"jit": _jit_from_format,
-                        "xla_metadata_call": _xla_metadata_call_from_format}
+                        "xla_metadata_call": _xla_metadata_call_from_format,
+                        "matmul_acc_lhs": _mxu_from_format("matmul_acc_lhs"),
+                        "matmul_pop": _mxu_from_format("matmul_pop")}
   # JAX 0.11+'s FlatTree grouping of scan's operands; the counts suffice.
   skipped_params = vocabulary.RELEASE_HINT_PARAMS
   # jaxlib 0.10's while-loop trip-count analysis takes `i + i` for

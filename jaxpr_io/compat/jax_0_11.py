@@ -233,6 +233,19 @@ def _xla_metadata_call_from_format(params, where):
   return params
 
 
+def _mxu_from_format(primitive: str):
+  """Mosaic TPU's `matmul_acc_lhs`/`matmul_pop` take an accumulator ref from
+  JAX 0.11 on; JAX 0.10 addressed the accumulator by `acc_addr`."""
+  def rule(params, where):
+    if "acc_addr" in params:
+      raise FormatError(vocabulary.unrepresentable(
+          where, primitive, "acc_addr", params["acc_addr"],
+          "this JAX's Mosaic TPU takes accumulator refs (pltpu.ACC), not "
+          "accumulator addresses"))
+    return params
+  return rule
+
+
 # ------------------------------------------------------------- contexts
 # 0.11 added layout modes to the equation context; 0.12 added
 # `no_collectives`.
@@ -253,7 +266,9 @@ class Jax011(Adapter):
   params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format,
                         "eval_jaxpr": _eval_jaxpr_from_format,
                         "composite": _composite_from_format,
-                        "xla_metadata_call": _xla_metadata_call_from_format}
+                        "xla_metadata_call": _xla_metadata_call_from_format,
+                        "matmul_acc_lhs": _mxu_from_format("matmul_acc_lhs"),
+                        "matmul_pop": _mxu_from_format("matmul_pop")}
   record_codecs = _RECORD_CODECS
 
   def context_to_format(self, ctx) -> dict:
