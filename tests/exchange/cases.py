@@ -262,6 +262,30 @@ def symbolic_batch() -> Case:
   return Case(f, (_rng(8).randn(3, 4).astype(F32),), trace_args=(spec,))
 
 
+# ----------------------------------------------------- jax.experimental
+def scheduling_group() -> Case:
+  """xla_metadata_call: JAX 0.10 stores its metadata as params of their
+  own, 0.11+ as pairs; every release writes the vocabulary's pairs."""
+  from jax.experimental import scheduling_groups  # pylint: disable=g-import-not-at-top
+
+  def f(x):
+    return scheduling_groups.scheduling_group(name="layer1")(
+        lambda a: jnp.sin(a) * 2.0)(x) + 1.0
+  return Case(f, (_rng(9).randn(8).astype(F32),))
+
+
+def compute_on_host() -> Case:
+  """compute_on (compute_on2 in JAX 0.10) with an output memory space."""
+  from jax.experimental import compute_on as compute_on_api  # pylint: disable=g-import-not-at-top
+  transform = getattr(compute_on_api, "compute_on2", compute_on_api.compute_on)
+
+  def f(x):
+    return transform(compute_type="device_host",
+                     out_memory_spaces=jax.memory.Space.Device)(
+                         lambda a: jnp.cos(a) * 3.0)(x) - 1.0
+  return Case(f, (_rng(10).randn(8).astype(F32),))
+
+
 _OTHERS: dict[str, Callable[[], Case]] = {
     "custom.nn": custom_nn,
     "custom.user_rules": custom_user,
@@ -271,6 +295,8 @@ _OTHERS: dict[str, Callable[[], Case]] = {
     "sharding.named_jit": sharded_jit,
     "sharding.shard_map": shard_map_collectives,
     "symbolic.batch": symbolic_batch,
+    "experimental.scheduling_group": scheduling_group,
+    "experimental.compute_on": compute_on_host,
 }
 
 
