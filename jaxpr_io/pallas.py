@@ -130,6 +130,14 @@ def _register() -> None:
   acc = vars(_pallas.get("tpu", core)).get("AccMemorySpace")
   if acc is not None:
     _record_by_field_name(acc, "jax.pallas.tpu.AccMemorySpace")
+  # Triton's atomic operations name their kind with an enum of their own.
+  try:
+    from jax._src.pallas.triton import primitives as triton_primitives  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    triton_primitives = None
+  if triton_primitives is not None:
+    registry.register_enum(triton_primitives.AtomicOpType,
+                           name="jax.pallas.triton.AtomicOpType")
   for short, module in _pallas.items():
     params = vars(module).get("CompilerParams")
     if short != "core" and params is not None:

@@ -40,6 +40,10 @@ NOT_STORABLE = {
                     "chosen by the file)",
     "call_tf": "calls a TensorFlow function of the writing process; export "
                "TensorFlow functions as SavedModels instead",
+    "elementwise_inline_asm": "Triton inline PTX assembly (native code "
+                              "chosen by the file)",
+    "elementwise_inline_asm_p": "Triton inline PTX assembly (JAX 0.10's "
+                                "name)",
 }
 
 # name (or "pallas:*" for every primitive of jax._src.pallas and

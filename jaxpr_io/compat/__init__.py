@@ -272,6 +272,7 @@ PRIMITIVE_MODULES = (
     "jax.experimental.sparse.linalg",
     "jax._src.pallas.pallas_call", "jax._src.pallas.primitives",
     "jax._src.pallas.core", "jax._src.pallas.mosaic.primitives",
+    "jax._src.pallas.triton.primitives",
     "jax._src.program_order",  # 0.12; 0.11 defines it in jax._src.pjit
     # Key-reuse checking (consume, assert_consumed_value) and the multihost
     # data movement helpers: JAX's own, in jax.experimental.
@@ -280,6 +281,13 @@ PRIMITIVE_MODULES = (
     "jax._src.buffer_callback", "jax._src.compute_on",
     "jax._src.cudnn.fusion", "jax.experimental.fused",
 )
+
+# Primitives of the modules above that stay out of the table: a file must
+# never choose native code (the trust model), and these carry it.
+EXCLUDED_PRIMITIVES = frozenset({
+    # Triton's inline PTX assembly (0.10 names it with a `_p`).
+    "elementwise_inline_asm", "elementwise_inline_asm_p",
+})
 
 # Serialized primitive names written by older JAX releases -> today's name.
 PRIMITIVE_RENAMES = {
@@ -296,7 +304,8 @@ def builtin_primitives() -> dict[str, Any]:
     except ImportError:
       continue
     for value in vars(module).values():
-      if isinstance(value, core.Primitive):
+      if (isinstance(value, core.Primitive)
+          and value.name not in EXCLUDED_PRIMITIVES):
         other = table.setdefault(value.name, value)
         if other is not value:
           raise RuntimeError(
@@ -375,7 +384,9 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.pallas.tpu.trace",
                       "jax._src.pallas.mosaic.primitives:trace_effect"),
                      ("jax.pallas.tpu.mxu",
-                      "jax._src.pallas.mosaic.primitives:mxu_effect")):
+                      "jax._src.pallas.mosaic.primitives:mxu_effect"),
+                     ("jax.pallas.triton.barrier",
+                      "jax._src.pallas.triton.primitives:barrier_effect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)
