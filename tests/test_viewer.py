@@ -12,6 +12,7 @@ Skipped without node.
 
 from __future__ import annotations
 
+import base64
 import json
 import pathlib
 import shutil
@@ -56,12 +57,12 @@ def assert_same(js: dict, data: bytes, name: str) -> None:
   root = js["jaxprs"][root_closed["jaxpr"]]
   assert js["input_paths"] == anchors["input_paths"], name
   assert js["output_paths"] == anchors["output_paths"], name
-  assert [a for a in root["invars"]] == anchors["inputs"], name
+  assert _keys(root["invars"]) == _keys(anchors["inputs"]), name
   out_avals = []
   for r in root["outvars"]:
     out_avals.append(r["literal"]["aval"] if isinstance(r, dict)
                      else _aval_of_var(root, r))
-  assert out_avals == anchors["outputs"], name
+  assert _keys(out_avals) == _keys(anchors["outputs"]), name
   assert [e["primitive"] for e in root["eqns"]] == \
       anchors["root_primitives"], name
   consts = [{"shape": c["aval"]["shape"],
@@ -73,6 +74,13 @@ def assert_same(js: dict, data: bytes, name: str) -> None:
       a = dict(a, shape=c["shape"])  # a key array's shape drops the key's
     assert c == a, name
   assert len(consts) == len(anchors["root_consts"]), name
+
+
+def _keys(avals: list[dict]) -> list[dict]:
+  """PRNG key dtypes as "key": the file names the implementation
+  (key<threefry2x32>), JAX's dtype a short form (key<fry>)."""
+  return [dict(a, dtype="key") if a.get("dtype", "").startswith("key<")
+          else a for a in avals]
 
 
 def _aval_of_var(jaxpr: dict, v: int) -> dict:
@@ -88,6 +96,40 @@ def test_schema_description_is_fresh():
   out = subprocess.run([sys.executable, str(ROOT / "viewer" / "gen_schema.py"),
                         "--check"], capture_output=True, text=True)
   assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_shipped_page_is_fresh():
+  """jaxpr_io/_viewer/viewer.html is viewer/build.py's output for the
+  sources as they are (rebuild after editing viewer/src/)."""
+  out = subprocess.run([sys.executable, str(ROOT / "viewer" / "build.py"),
+                        "--check"], capture_output=True, text=True)
+  assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_html_page_holds_the_file(tmp_path):
+  """jaxpr-load --html: the page is the shipped one with the file's bytes
+  in it, and refuses a file that is not a jaxpr_io container."""
+  from jaxpr_io.tools import html, load  # pylint: disable=g-import-not-at-top
+  src = tmp_path / "f.jaxpr"
+  data = jaxpr_io.dumps(jaxpr_io.trace(jnp.sin, np.ones(3, np.float32)))
+  src.write_bytes(data)
+  out = tmp_path / "f.html"
+  assert load.main([str(src), "--html", str(out)]) == 0
+  text = out.read_text()
+  start = text.index('data-name="f.jaxpr">') + len('data-name="f.jaxpr">')
+  assert base64.b64decode(text[start:text.index("</script>", start)]) == data
+  assert text.replace(text[start:text.index("</script>", start)],
+                      "/*DATA*/").replace('"f.jaxpr"', '"/*NAME*/"') == \
+      html.page_template()
+  # Nothing in the page reaches the network.
+  for needle in ("http://", "https://", "fetch(", "XMLHttpRequest",
+                 "<link", " src="):
+    assert needle not in text.replace(
+        "http://www.w3.org/2000/svg", ""), needle
+  bad = tmp_path / "bad.jaxpr"
+  bad.write_bytes(b"not a jaxpr file" * 8)
+  assert load.main([str(bad), "--html", str(tmp_path / "bad.html")]) != 0
+  assert not (tmp_path / "bad.html").exists()
 
 
 @needs_node

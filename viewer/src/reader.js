@@ -8,7 +8,7 @@
 (function (root) {
 'use strict';
 const SCHEMA = (typeof module !== 'undefined' && typeof require !== 'undefined')
-  ? require('./schema.js') : root.JAXPR_SCHEMA;
+  ? require('./schema.js') : JAXPR_SCHEMA;  // schema.js's global, in a page
 
 class FormatError extends Error {
   constructor(message) { super(message); this.name = 'FormatError'; }
