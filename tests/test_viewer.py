@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import pathlib
 import shutil
 import subprocess
@@ -31,10 +33,14 @@ from tests.zoo import ZOO as ZOO1
 from tests.zoo2 import ZOO2
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-NODE = shutil.which("node")
+NODE = shutil.which("node") or "node"
+HAVE_NODE = shutil.which("node") is not None
 GOLDEN = sorted((ROOT / "tests" / "golden").glob("v*/**/*.jaxpr"))
 
-needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
+# CI sets JAXPR_IO_REQUIRE_VIEWER_TOOLS (.ci/run): there, no node fails.
+needs_node = pytest.mark.skipif(
+    not HAVE_NODE and not os.environ.get("JAXPR_IO_REQUIRE_VIEWER_TOOLS"),
+    reason="node is not installed")
 
 
 def js_summaries(paths) -> list[dict]:
@@ -55,8 +61,15 @@ def assert_same(js: dict, data: bytes, name: str) -> None:
   anchors = viewer_summary.anchors(data)
   root_closed = js["closed"][js["root"]]
   root = js["jaxprs"][root_closed["jaxpr"]]
-  assert js["input_paths"] == anchors["input_paths"], name
-  assert js["output_paths"] == anchors["output_paths"], name
+  for side in ("input_paths", "output_paths"):
+    assert len(js[side]) == len(anchors[side]), name
+    # Keys other than strings and ints print as Python reprs in JAX; the
+    # viewer names them by type (reader.js `keyText`).
+    for mine, jax_path in zip(js[side], anchors[side]):
+      if "(\u2026)" not in mine and '["' not in mine and "[{" not in mine:
+        # A GENERIC node whose type the loading process lacks is rebuilt as
+        # a plain dict (schema: `PyTree`): its attribute `.w` is then ['w'].
+        assert _as_dict_keys(mine) == _as_dict_keys(jax_path), name
   assert _keys(root["invars"]) == _keys(anchors["inputs"]), name
   out_avals = []
   for r in root["outvars"]:
@@ -74,6 +87,10 @@ def assert_same(js: dict, data: bytes, name: str) -> None:
       a = dict(a, shape=c["shape"])  # a key array's shape drops the key's
     assert c == a, name
   assert len(consts) == len(anchors["root_consts"]), name
+
+
+def _as_dict_keys(path: str) -> str:
+  return re.sub(r"\.([A-Za-z_][A-Za-z_0-9]*)", r"['\1']", path)
 
 
 def _keys(avals: list[dict]) -> list[dict]:

@@ -15,6 +15,7 @@ constants' values. The test checks the JavaScript summary against both.
 
 from __future__ import annotations
 
+import json
 import math
 
 import jax
@@ -25,6 +26,7 @@ import jaxpr_io
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import container
+from jaxpr_io import registry
 from jaxpr_io.tools.load import input_paths, output_paths
 
 FIRST = 8  # how many elements of an array the summary shows
@@ -308,6 +310,16 @@ class _Summarizer:
     return jid
 
 
+def _key_text(key) -> str:
+  if isinstance(key, str):
+    return f"['{key}']"
+  if isinstance(key, int) and not isinstance(key, bool):
+    return f"[{key}]"
+  if isinstance(key, dict) and "record" in key:
+    return f"[{key['record']}(\u2026)]"
+  return "[" + json.dumps(key, separators=(",", ":")) + "]"
+
+
 def _leaf_paths(tree, prefix, out):
   kind = tree["kind"]
   if kind == "LEAF":
@@ -315,13 +327,11 @@ def _leaf_paths(tree, prefix, out):
     return out
   for i, child in enumerate(tree["children"]):
     if kind == "DICT":
-      key = tree["keys"][i]
-      step = f"['{key}']" if isinstance(key, str) else f"[{key}]"
+      step = _key_text(tree["keys"][i])
     elif kind == "GENERIC":
       k = tree["child_keys"][i]
       step = (f".{k['attr']}" if "attr" in k else
-              (f"['{k['dict']}']" if isinstance(k["dict"], str)
-               else f"[{k['dict']}]") if "dict" in k else
+              _key_text(k["dict"]) if "dict" in k else
               f"[{k.get('seq', k.get('flat'))}]")
     else:
       step = f"[{i}]"
@@ -366,8 +376,10 @@ def anchors(data: bytes) -> dict:
   """What JAX's own objects, as `jaxpr_io.loads` builds them, say."""
   prog = jaxpr_io.loads(data, trusted=True)
   closed = prog.closed_jaxpr
-  prims = [compat.ADAPTER.to_format(e.primitive.name, e.params)[0]
-           if hasattr(compat.ADAPTER, "to_format") else e.primitive.name
+  # Primitive names in the format's vocabulary: the registry's stable name
+  # (e.g. "equinox.unvmap_any"), then the release adapter's renames.
+  prims = [compat.ADAPTER.to_format(
+      registry.PRIMITIVES.name_of(e.primitive), e.params)[0]
            for e in closed.jaxpr.eqns]
   consts = []
   for c in closed.consts:

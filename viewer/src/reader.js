@@ -583,6 +583,9 @@ class Program {
 function keyText(v) {
   if (typeof v === 'string') return `['${v}']`;
   if (typeof v === 'number') return `[${v}]`;
+  // Other keys (records, tuples, ...): JAX writes their Python repr, which
+  // this reader cannot know; the record's type name, or the value as JSON.
+  if (v && typeof v === 'object' && 'record' in v) return `[${v.record}(…)]`;
   return `[${JSON.stringify(v)}]`;
 }
 
