@@ -85,9 +85,14 @@ def main():
           "requestAnimationFrame(() => requestAnimationFrame(() => done(performance.now() - t)));")
       if args.screenshot:
         driver.execute_script("window.jaxprViewer.search('');")
+        # The first attention block, its first `jit` expanded in place.
         driver.execute_script(
-            "const id = document.querySelector('g.node[data-prim=\"dot_general\"]');"
-            "if (id) window.jaxprViewer.goTo(id.dataset.id);")
+            "const id = document.querySelector('g.node[data-prim=\"dot_general\"]').dataset.id;"
+            "window.jaxprViewer.goTo(id);")
+        time.sleep(0.3)  # drawn: now only what is on screen is in the DOM
+        driver.execute_script(
+            "const jit = document.querySelector('g.node[data-prim=\"jit\"]');"
+            "if (jit) window.jaxprViewer.expand(jit.dataset.id);")
         time.sleep(0.5)
         driver.save_screenshot(args.screenshot)
     med = statistics.median

@@ -84,8 +84,25 @@ def _page(tmp_path, name, prog):
 
 
 def _eqn_nodes(driver, parent=None):
-  nodes = driver.find_elements("css selector", "g.node[data-kind=eqn]")
-  return [n for n in nodes if n.get_attribute("data-parent") == parent]
+  """The primitives of the drawn equation nodes inside `parent` (None: the
+  top level). Read in one script: each frame redraws the graph, so element
+  handles go stale."""
+  return driver.execute_script(
+      "return [...document.querySelectorAll('g.node[data-kind=eqn]')]"
+      ".filter(n => n.getAttribute('data-parent') === arguments[0])"
+      ".map(n => n.dataset.prim);", parent)
+
+
+def _click(driver, css, attempts=20):
+  """Clicks the element `css` selects, again if a redraw replaced it."""
+  from selenium.common.exceptions import StaleElementReferenceException  # pylint: disable=g-import-not-at-top
+  for _ in range(attempts):
+    try:
+      driver.find_element("css selector", css).click()
+      return
+    except StaleElementReferenceException:
+      time.sleep(0.05)
+  raise AssertionError(f"{css} kept being redrawn")
 
 
 def _wait(driver, predicate, timeout=30.0):
@@ -111,7 +128,7 @@ def test_page(driver, tmp_path, name):
   assert state["topEquations"] == len(jaxpr.eqns)
   top = _eqn_nodes(driver)
   assert len(top) == len(jaxpr.eqns)
-  assert sorted(n.get_attribute("data-prim") for n in top) == sorted(
+  assert sorted(top) == sorted(
       e.primitive.name for e in jaxpr.eqns)
 
   # The signature: one row per input and output, with key paths.
@@ -127,11 +144,10 @@ def test_page(driver, tmp_path, name):
            if e.primitive.name == "scan"]
   if scans:
     i, scan = scans[0]
-    driver.find_element(
-        "css selector", f"g.node[data-id='{i}'] .toggle").click()
+    _click(driver, f"g.node[data-id='{i}'] .toggle")
     body = scan.params["jaxpr"].jaxpr.eqns
     inner = _wait(driver, lambda: _eqn_nodes(driver, parent=str(i)))
-    assert sorted(n.get_attribute("data-prim") for n in inner) == sorted(
+    assert sorted(inner) == sorted(
         e.primitive.name for e in body)
 
   # Search finds a primitive (nested ones too), and a result selects its

@@ -239,10 +239,14 @@ function render() {
       if (detail) el('text', {x: f.x + 4, y: f.y - 3, class: 'framelabel'}, frag, f.label);
     }
   }
+  // Zoomed far out, thousands of edges are an unreadable grey and cost most
+  // of a frame: then they are drawn as straight lines, without labels.
+  const far = view.k < 0.3;
   for (const e of layout.edges) {
     const a = e.from.abs, b = e.to.abs;
     const ax = a.x + a.w / 2, ay = a.y + a.h, bx = b.x + b.w / 2, by = b.y;
     if (!visible(Math.min(ax, bx), Math.min(ay, by), Math.abs(bx - ax), Math.abs(by - ay))) continue;
+    if (far) { el('path', {d: `M${ax},${ay}L${bx},${by}`, class: 'edge'}, frag); continue; }
     const my = (ay + by) / 2;
     el('path', {d: `M${ax},${ay} C${ax},${my} ${bx},${my} ${bx},${by}`, class: 'edge'}, frag);
     if (detail && view.k > 0.6) el('text', {x: (ax + bx) / 2 + 3, y: my, class: 'elabel'}, frag, e.label);
