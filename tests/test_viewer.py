@@ -108,7 +108,6 @@ def _aval_of_var(jaxpr: dict, v: int) -> dict:
   return binders[v]
 
 
-@needs_node
 def test_schema_description_is_fresh():
   out = subprocess.run([sys.executable, str(ROOT / "viewer" / "gen_schema.py"),
                         "--check"], capture_output=True, text=True)

@@ -294,7 +294,7 @@ function select(id) {
   queueRender();
   if (n.kind !== 'eqn') { h('div', {}, box, n.label); return; }
   const e = n.eqn;
-  h('div', {class: 'title'}, box, `${e.primitive}  (equation ${e.index}${n.jaxpr ? ` of J${n.jaxpr.index}` : ''})`);
+  h('div', {class: 'title'}, box, `${e.primitive}  (equation ${e.index} of ${n.jaxpr.index === prog.root().jaxpr ? 'the top level' : `J${n.jaxpr.index}`})`);
   const outs = e.outs.map(o => `${o.dropped ? '_' : varName(o.v)}:${R.avalText(o.aval)}`).join(' ');
   const ins = e.ins.map(r => typeof r === 'number' ? `${varName(r)}:${R.avalText(n.jaxpr.avals[r])}` : `${valueText(r.literal.python !== undefined ? r.literal.python : {array: r.literal})}`).join(' ');
   h('div', {class: 'mono'}, box, `${outs} = ${e.primitive} ${ins}`);
