@@ -69,8 +69,26 @@ def test_help_documents_everything():
     assert word in dump_help
   load_help = _run(LOAD, "--help").stdout
   for word in ("--check", "--text", "--run", "--out", "--to-exported",
-               "--to-saved-model", "--platforms", "arg0", "out0"):
+               "--to-saved-model", "--platforms", "--html", "arg0", "out0"):
     assert word in load_help
+
+
+def test_load_html_page(predict_file, workdir):
+  """--html writes the viewer page holding the file (its reading is tested
+  in tests/test_viewer.py and tests/test_viewer_browser.py)."""
+  import base64  # pylint: disable=g-import-not-at-top
+  out = workdir / "predict.html"
+  proc = _run(LOAD, str(predict_file), "--html", str(out))
+  assert f"wrote {out}" in proc.stdout
+  assert base64.b64encode(predict_file.read_bytes()).decode() in \
+      out.read_text()
+  bad = workdir / "bad.jaxpr"
+  bad.write_bytes(b"\x89JAXPR\r\n" + bytes(100))
+  proc = _run(LOAD, str(bad), "--html", str(workdir / "bad.html"), ok=False)
+  assert proc.returncode == 1
+  assert "header checksum" in proc.stderr
+  assert len(proc.stderr.strip().splitlines()) <= 2
+  assert not (workdir / "bad.html").exists()
 
 
 def test_dump_function_with_specs_and_summary(predict_file):

@@ -23,6 +23,7 @@ examples:
   jaxpr-load model.jaxpr --run in.npz --out out.npz
   jaxpr-load model.jaxpr --to-exported model.exported --platforms cpu,cuda
   jaxpr-load model.jaxpr --to-saved-model models/model/1
+  jaxpr-load model.jaxpr --html model.html    # the viewer page, offline
 
 --run reads the inputs from IN.npz as arg0, arg1, ... in flattened input
 order (the summary lists that order with each input's pytree path) and
@@ -155,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--platforms", metavar="P1,P2",
                       help="lowering platforms for the converters, e.g. "
                       "cpu,cuda (default: this machine's)")
+  parser.add_argument("--html", metavar="OUT.html",
+                      help="write a self-contained viewer page holding the "
+                      "file (graph, signature, params, constants, search; "
+                      "read by the page's own JavaScript reader, no network)")
   parser.add_argument("--debug", action="store_true", help="show tracebacks")
   return parser
 
@@ -164,6 +169,16 @@ def _main(argv: Sequence[str]) -> int:
   if args.out and not args.run:
     raise CliError("--out needs --run")
   platforms = tuple(args.platforms.split(",")) if args.platforms else None
+  if args.html:
+    from jaxpr_io.tools import html  # pylint: disable=g-import-not-at-top
+    with stage(PROG, f"writing the viewer page {args.html}"):
+      size = html.write_page(args.file, args.html)
+    print(f"wrote {args.html} ({size:,} bytes; open it in a browser)")
+    # The page reads the file itself: nothing else asked, nothing to load
+    # (so it also shows files this JAX release cannot load).
+    if not (args.check or args.text or args.run or args.to_exported
+            or args.to_saved_model):
+      return 0
   with stage(PROG, f"loading {args.file}"):
     prog = jaxpr_io.load(args.file, check=args.check, trusted=args.trusted)
   acted = False
