@@ -50,6 +50,12 @@ def save_exported(program, path: str | os.PathLike, *,
   exported = to_exported(program, platforms=platforms)
   try:
     data = exported.serialize(vjp_order=vjp_order)
+  except ImportError as e:
+    # jax.export writes its flatbuffer with the `flatbuffers` package, a
+    # dependency of jaxpr_io that an install may still lack.
+    raise ImportError(
+        "saving a jax.export artifact needs the flatbuffers package: "
+        "pip install flatbuffers") from e
   except (ValueError, TypeError, NotImplementedError) as e:
     raise UnsupportedError(
         f"the exported program cannot be serialized with vjp_order="
