@@ -35,13 +35,13 @@ MODEL = textwrap.dedent("""
     def broken():
       return 42
 
-    def predict(params, x):
+    def dense(params, x):
       return jnp.tanh(x @ params["dense"]["w"] + params["dense"]["b"])
 
-    def make_predict():
+    def make_dense():
       params = {"dense": {"w": np.zeros((4, 3), np.float32),
                           "b": np.zeros(3, np.float32)}}
-      return predict, (params, np.zeros((5, 4), np.float32))
+      return dense, (params, np.zeros((5, 4), np.float32))
 """)
 
 
@@ -213,7 +213,7 @@ PARAMS = {"dense": {"w": np.random.RandomState(3).randn(4, 3).astype(
 X = np.random.RandomState(5).randn(5, 4).astype(np.float32)
 
 
-def _predict(params, x):  # what model.py's predict computes, in numpy
+def _predict(params, x):  # what model.py's dense computes, in numpy
   return np.tanh(x @ params["dense"]["w"] + params["dense"]["b"])
 
 
@@ -224,7 +224,7 @@ def bind_dir(workdir):
   input x.npz."""
   path = workdir / "bind"
   path.mkdir()
-  _run(DUMP, f"{workdir}/model.py:make_predict", "-o",
+  _run(DUMP, f"{workdir}/model.py:make_dense", "-o",
        str(path / "predict.jaxpr"))
   summary = _run(LOAD, str(path / "predict.jaxpr")).stdout
   assert "arg0: args[0]['dense']['b']: float32[3]" in summary
