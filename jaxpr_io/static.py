@@ -46,10 +46,12 @@ jax.tree_util.register_pytree_node(
 
 def is_dynamic(x) -> bool:
   """Whether a leaf is an input: an array, a ShapeDtypeStruct, a Python or
-  numpy scalar, or anything else with a shape and a dtype (tracers)."""
+  numpy scalar, anything else with a shape and a dtype (tracers), or an
+  object JAX converts to an array (`__jax_array__`)."""
   if isinstance(x, _DYNAMIC_TYPES) or isinstance(x, jax.Array):
     return True
-  return hasattr(x, "shape") and hasattr(x, "dtype")
+  return (hasattr(x, "shape") and hasattr(x, "dtype")) or hasattr(
+      x, "__jax_array__")
 
 
 def describe(x) -> str:
