@@ -116,3 +116,16 @@ def test_equinox_mlp_saved_and_used_in_a_fresh_process(tmp_path):
   expected = eqx.filter_grad(loss)(model, X)
   _close(grads, jax.tree_util.tree_leaves(expected))
   _close(per_batch, jax.vmap(lambda xb: loss(model, xb))(XS))
+
+
+def test_bind_an_equinox_module():
+  # Its arrays become constants; its functions are the static leaves the
+  # program was traced with.
+  model = _model()
+  prog = jaxpr_io.trace(loss, model, X)
+  bound = prog.bind(model)
+  assert [a.shape for a in bound.in_avals] == [X.shape]
+  _close(bound(X), loss(model, X))
+  _close(jax.grad(bound)(X), jax.grad(lambda x: loss(model, x))(X))
+  loaded_bound = jaxpr_io.loads(jaxpr_io.dumps(prog)).bind(model)
+  assert jaxpr_io.dumps(loaded_bound) == jaxpr_io.dumps(bound)
