@@ -7,7 +7,8 @@ from typing import Sequence
 
 import jax
 
-from jaxpr_io.converters._common import as_program, input_specs
+from jaxpr_io.converters._common import (as_program, check_platforms,
+                                         input_specs)
 from jaxpr_io.errors import UnsupportedError
 
 
@@ -23,10 +24,12 @@ def to_exported(program, *, platforms: Sequence[str] | None = None,
     disabled_checks: passed to `jax.export.export`.
 
   Raises:
+    ValueError: an unknown platform (valid: cpu, cuda, rocm, tpu).
     UnsupportedError: the program cannot be lowered (for example it calls a
       host callback, which StableHLO artifacts cannot carry); the message
       names the cause.
   """
+  check_platforms(platforms)
   prog = as_program(program)
   args, kwargs = input_specs(prog)
   try:

@@ -235,3 +235,10 @@ def test_saved_model_of_a_bound_100mib_model_keeps_weights_in_variables(
   x = np.random.RandomState(1).randn(1024).astype(np.float32)
   np.testing.assert_allclose(serve(arg0=x)["out0"].numpy(), w @ x,
                              rtol=1e-4, atol=1e-3)
+
+
+def test_converters_refuse_unknown_platforms():
+  from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="unknown platform 'gpu': valid "
+                     "platforms are cpu, cuda, rocm, tpu"):
+    converters.to_exported(_program(), platforms=("cpu", "gpu"))

@@ -14,6 +14,7 @@ import numpy as np
 
 import jaxpr_io
 from jaxpr_io import compat
+from jaxpr_io.converters._common import PLATFORMS
 from jaxpr_io.tools._common import CliError, run_main, stage
 
 PROG = "jaxpr-load"
@@ -50,8 +51,6 @@ error naming the first mismatching key path.
 a comma-separated subset of: cpu, cuda, rocm, tpu.
 """
 
-# What `jax.export` lowers for (jax.export.export(platforms=...)).
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 
 
 def input_paths(prog) -> list[str]:
