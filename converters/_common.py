@@ -14,4 +14,17 @@ def input_specs(prog: Program):
   return jax.tree_util.tree_unflatten(prog.in_tree, flat)
 
 
-__all__ = ["as_program", "input_specs"]
+# The platforms `jax.export` lowers for.
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
+def check_platforms(platforms) -> None:
+  """ValueError, listing the valid ones, for an unknown platform (JAX's own
+  error is a RuntimeError `Unknown backend` from deep inside lowering)."""
+  for p in platforms or ():
+    if p not in PLATFORMS:
+      raise ValueError(f"unknown platform {p!r}: valid platforms are "
+                       f"{', '.join(PLATFORMS)}")
+
+
+__all__ = ["PLATFORMS", "as_program", "check_platforms", "input_specs"]

@@ -34,7 +34,7 @@ import numpy as np
 from jaxpr_io import compat
 from jaxpr_io.compat import export as export_compat
 from jaxpr_io.compat import symbolic
-from jaxpr_io.converters._common import as_program
+from jaxpr_io.converters._common import as_program, check_platforms
 from jaxpr_io.converters.stablehlo import to_exported
 from jaxpr_io.errors import UnsupportedError
 
@@ -124,6 +124,7 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
       callback), or TensorFlow's StableHLO version cannot express it; the
       message names the cause.
   """
+  check_platforms(platforms)
   tf, jax2tf = _import_tf()
   prog = as_program(program)
   _check_runnable_in_tf(prog, platforms)

@@ -7,7 +7,8 @@ from typing import Sequence
 
 import jax
 
-from jaxpr_io.converters._common import as_program, input_specs
+from jaxpr_io.converters._common import (as_program, check_platforms,
+                                         input_specs)
 from jaxpr_io.errors import UnsupportedError
 
 
@@ -23,10 +24,12 @@ def to_exported(program, *, platforms: Sequence[str] | None = None,
     disabled_checks: passed to `jax.export.export`.
 
   Raises:
+    ValueError: an unknown platform (valid: cpu, cuda, rocm, tpu).
     UnsupportedError: the program cannot be lowered (for example it calls a
       host callback, which StableHLO artifacts cannot carry); the message
       names the cause.
   """
+  check_platforms(platforms)
   prog = as_program(program)
   args, kwargs = input_specs(prog)
   try:
@@ -50,6 +53,12 @@ def save_exported(program, path: str | os.PathLike, *,
   exported = to_exported(program, platforms=platforms)
   try:
     data = exported.serialize(vjp_order=vjp_order)
+  except ImportError as e:
+    # jax.export writes its flatbuffer with the `flatbuffers` package, a
+    # dependency of jaxpr_io that an install may still lack.
+    raise ImportError(
+        "saving a jax.export artifact needs the flatbuffers package: "
+        "pip install flatbuffers") from e
   except (ValueError, TypeError, NotImplementedError) as e:
     raise UnsupportedError(
         f"the exported program cannot be serialized with vjp_order="

@@ -10,8 +10,9 @@
    restored state, and checks it against the training process's output.
 3. Dumps the program with `jaxpr-dump` and inspects and runs it with
    `jaxpr-load`.
-4. Converts it to a StableHLO artifact (jax.export) and to a TensorFlow
-   SavedModel, and runs both.
+4. Converts it to a StableHLO artifact (jax.export) and, with the trained
+   weights bound (`Program.bind`, `jaxpr-load --bind`), to TensorFlow
+   SavedModels whose only input is the data, and runs them.
 
 Exits non-zero if any check fails.
 """
@@ -183,15 +184,25 @@ def main():
   except ImportError:
     print("  (tensorflow not installed: skipping the SavedModel)")
     return
-  # Serving artifacts bake the weights in: the program closed over params.
-  served = jaxpr_io.trace(lambda x: predict(params, x), jax.ShapeDtypeStruct(
-      (jax.export.symbolic_shape("b")[0], FEATURES), jnp.float32))
+  # For serving, the weights are bound: they become the SavedModel's
+  # variables and serving_default takes only x. In Python:
   sm_dir = os.path.join(workdir, "models", "mlp", "1")
-  converters.to_saved_model(served, sm_dir)
+  converters.to_saved_model(program.bind(params), sm_dir)
   serving = tf.saved_model.load(sm_dir).signatures["serving_default"]
   out = serving(arg0=tf.constant(x_eval))["out0"].numpy()
   np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
   print(f"  {sm_dir}: serving_default(arg0) -> out0 runs and matches")
+  # And from the shell, with the latest checkpoint's state:
+  with ocp.CheckpointManager(os.path.join(workdir, "ckpt")) as mngr:
+    step_dir = os.path.join(workdir, "ckpt", str(mngr.latest_step()))
+  cli_dir = os.path.join(workdir, "models", "mlp_cli", "1")
+  run(os.path.join(bindir, "jaxpr-load"),
+      os.path.join(step_dir, "program", "program.jaxpr"), "--bind",
+      f"0={os.path.join(step_dir, 'state')}", "--to-saved-model", cli_dir)
+  serving = tf.saved_model.load(cli_dir).signatures["serving_default"]
+  out = serving(arg0=tf.constant(x_eval))["out0"].numpy()
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+  print(f"  {cli_dir} (jaxpr-load --bind): runs and matches")
   print("demo OK")
 
 

@@ -256,6 +256,11 @@ def write_file(path: str | os.PathLike, program: bytes | PendingProgram,
   last, at the start of the file. The bytes are those of `to_bytes`."""
   path = os.fspath(path)
   directory, base = os.path.split(os.path.abspath(path))
+  if not os.path.isdir(directory):
+    # Named here: the error would otherwise name the temporary file.
+    raise FileNotFoundError(
+        errno.ENOENT, f"cannot write {path}: no such directory "
+        f"{os.path.dirname(path) or directory}", path)
   mode = _mode_for(path)
   _remove_stale_temporaries(directory, base)
   global _use_tmpfile  # pylint: disable=global-statement
@@ -293,7 +298,12 @@ def write_file(path: str | os.PathLike, program: bytes | PendingProgram,
         _rename_into_place(tmp, path, directory)
         return
   tmp = _temp_name(directory, base)
-  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o600)
+  try:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC,
+                 0o600)
+  except OSError as e:  # e.g. a read-only directory: name the user's path
+    raise type(e)(e.errno, f"cannot write {path}: {e.strerror}",
+                  path) from None
   try:
     try:
       _write_contents(fd, program, layout, format_version, mode)

@@ -11,6 +11,11 @@
         program=jaxpr_io.orbax.ProgramRestore()))
     restored.program(restored.state, batch)
 
+    # Or the program with the state's params already bound (its constants):
+    served = mngr.restore(step, args=ocp.args.Composite(
+        program=jaxpr_io.orbax.ProgramRestore(bind={0: "state:params"})))
+    served.program(batch)
+
 The handler writes `program.jaxpr` into the item's directory of the step.
 Orbax writes a step into a temporary directory and renames it when every
 item has committed, so a step that did not finish is never offered for
@@ -23,7 +28,8 @@ disk in the background with the arrays.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, List, Optional
+import os
+from typing import Any, List, Mapping, Optional, Union
 
 import jax
 import orbax.checkpoint as ocp
@@ -69,8 +75,27 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
               args: Optional["ProgramRestore"] = None
               ) -> program_lib.Program:
     args = args if args is not None else ProgramRestore()
-    return program_lib.load(directory / self._filename, check=args.check,
+    prog = program_lib.load(directory / self._filename, check=args.check,
                             trusted=args.trusted)
+    if not args.bind:
+      return prog
+    from jaxpr_io import bind_sources  # pylint: disable=g-import-not-at-top
+    positional, keyword = {}, {}
+    for key, value in args.bind.items():
+      if isinstance(value, str):
+        # An item of this step (`state:params`) or any other SOURCE.
+        value = bind_sources.load_source(value,
+                                         base=os.fspath(directory.parent))
+      if isinstance(key, int):
+        positional[key] = value
+      else:
+        keyword[key] = value
+    if sorted(positional) != list(range(len(positional))):
+      raise ValueError(
+          f"ProgramRestore(bind=...) binds positional arguments from the "
+          f"first, like functools.partial; it has {sorted(positional)}")
+    return prog.bind(*(positional[i] for i in range(len(positional))),
+                     **keyword)
 
   def metadata(self, directory: epath.Path) -> Optional[Any]:
     return None
@@ -88,6 +113,14 @@ class ProgramSave(ocp.args.CheckpointArgs):
 class ProgramRestore(ocp.args.CheckpointArgs):
   """Restore the saved program. `check=True` also proves it runs (see
   `jaxpr_io.load`); `trusted=True` grants what the file asks for beyond the
-  computation (donation, compiler options, ...; README "Trust model")."""
+  computation (donation, compiler options, ...; README "Trust model").
+
+  `bind` restores the program already bound (`Program.bind`), as
+  `jaxpr-load --bind` does: a mapping from a positional index (0, 1, ...,
+  from the first) or a keyword name to a pytree of arrays, or to a SOURCE
+  string: an item of the same step with an optional subtree (`"state:params"`
+  binds the `params` of the step's `state` item), an Orbax item directory or
+  an `.npz` file (jaxpr_io/bind_sources.py)."""
   check: bool = False
   trusted: bool = False
+  bind: Optional[Mapping[Union[int, str], Any]] = None

@@ -12,6 +12,7 @@ from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io import pytrees
 from jaxpr_io import specialize
+from jaxpr_io import static
 from jaxpr_io import validate
 from jaxpr_io.compat import symbolic
 from jaxpr_io import reader
@@ -79,9 +80,13 @@ class Program:
     dicts (see `signature()` and jaxpr_io/pytrees.py). Raises TypeError,
     listing the expected key paths, otherwise.
     """
-    # Imported here: this method and `signature` are the only parts of this
-    # module that use it.
-    flat = pytrees.flatten_call_args(self.in_tree, (args, kwargs))
+    call = (args, kwargs)
+    statics = static.static_paths(self.in_tree)
+    if statics:
+      # The function, flag, ... the program was traced with at a static
+      # place becomes its `Static` node again (see jaxpr_io/static.py).
+      call = static.mark(call, statics)
+    flat = pytrees.flatten_call_args(self.in_tree, call)
     return jax.tree_util.tree_unflatten(self.out_tree,
                                         self._flat_fun(flat)(*flat))
 
@@ -91,8 +96,38 @@ class Program:
     output leaf by its key path, with shape and dtype; the `in_tree` and
     `out_tree` structures; and, for a loaded program, the node types the file
     names that this process lacks and that plain containers stand in for."""
-    return pytrees.signature_text(self.in_tree, self.in_avals, self.out_tree,
+    text = pytrees.signature_text(self.in_tree, self.in_avals, self.out_tree,
                                   self.out_avals)
+    statics = static.static_paths(self.in_tree)
+    if statics:
+      lines = ["static (not inputs; a call passes the same values, None or "
+               "nothing there):"]
+      lines += [f"  {pytrees._display_call_path(p)}: {s.description}"  # pylint: disable=protected-access
+                for p, s in statics.items()]
+      text += "\n" + "\n".join(lines)
+    return text
+
+  def bind(self, *args, **kwargs) -> "Program":
+    """The program with its leading positional arguments `args` and the
+    keyword arguments `kwargs` fixed to these values, like
+    `functools.partial`: e.g. `predict.bind(params)` of `predict(params, x)`
+    is a program of `x` alone.
+
+    Each bound value is a pytree of arrays with the structure, shapes and
+    dtypes of that argument (any structure with leaves at the same key paths
+    works, as for a call); its arrays become the program's constants, so
+    `save` stores them in the data section, `converters.to_saved_model`
+    makes them `tf.Variable`s and `converters.to_exported` bakes them in.
+    The result's `in_tree` and `signature()` cover the remaining inputs.
+
+    Raises:
+      TypeError: a value does not match: the message names the first
+        mismatching key path, the type the program takes and the one found.
+      UnsupportedError: the program's signature is not `(args, kwargs)`, or
+        a bound input has symbolic dimensions or is a mutable ref.
+    """
+    from jaxpr_io import binding  # pylint: disable=g-import-not-at-top
+    return binding.bind(self, args, kwargs)
 
   def _flat_fun(self, flat):
     """The evaluator for these flat arguments: the program itself, or, for a
@@ -143,7 +178,28 @@ def trace(fn: Callable, *args, **kwargs) -> Program:
 
   Arguments may be arrays, `jax.ShapeDtypeStruct`s or pytrees of them; the
   program's `in_tree` is the structure of `(args, kwargs)`.
+
+  Leaves that are not array-like (functions, strings, other objects: e.g. the
+  activation function of an Equinox module) are static, as in
+  `eqx.filter_make_jaxpr`: they are passed to `fn` as they are, are not
+  inputs, and the `in_tree` records each as a `jaxpr_io.static.Static` node
+  (see `Program.signature`).
   """
+  leaves, full_tree = jax.tree_util.tree_flatten((args, kwargs))
+  if static.has_static(leaves):
+    marks, dynamic = static.split(leaves)
+
+    def with_statics(*dynamic_leaves):
+      it = iter(dynamic_leaves)
+      full = [next(it) if m is None else x for x, m in zip(leaves, marks)]
+      fn_args, fn_kwargs = jax.tree_util.tree_unflatten(full_tree, full)
+      return fn(*fn_args, **fn_kwargs)
+    closed, out_shape = jax.make_jaxpr(with_statics, return_shape=True)(
+        *dynamic)
+    in_tree = jax.tree_util.tree_structure(jax.tree_util.tree_unflatten(
+        full_tree, [x if m is None else m for x, m in zip(leaves, marks)]))
+    out_tree = jax.tree_util.tree_structure(out_shape)
+    return Program(closed, in_tree, out_tree)
   closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
   in_tree = jax.tree_util.tree_structure((args, kwargs))
   out_tree = jax.tree_util.tree_structure(out_shape)

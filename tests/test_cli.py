@@ -34,6 +34,14 @@ MODEL = textwrap.dedent("""
 
     def broken():
       return 42
+
+    def dense(params, x):
+      return jnp.tanh(x @ params["dense"]["w"] + params["dense"]["b"])
+
+    def make_dense():
+      params = {"dense": {"w": np.zeros((4, 3), np.float32),
+                          "b": np.zeros(3, np.float32)}}
+      return dense, (params, np.zeros((5, 4), np.float32))
 """)
 
 
@@ -215,3 +223,193 @@ def test_trusted_keeps_what_an_untrusted_load_drops(tmp_path):
   trusted = _run(LOAD, str(path), "--text", "--trusted")
   assert "donated_invars=(True,)" in trusted.stdout
   assert "DroppedParamWarning" not in trusted.stderr
+
+
+# ------------------------------------------------------------ --bind
+PARAMS = {"dense": {"w": np.random.RandomState(3).randn(4, 3).astype(
+    np.float32), "b": np.random.RandomState(4).randn(3).astype(np.float32)}}
+X = np.random.RandomState(5).randn(5, 4).astype(np.float32)
+
+
+def _predict(params, x):  # what model.py's dense computes, in numpy
+  return np.tanh(x @ params["dense"]["w"] + params["dense"]["b"])
+
+
+@pytest.fixture(scope="module")
+def bind_dir(workdir):
+  """predict.jaxpr of predict(params, x), its params in an Orbax checkpoint
+  (ckpt/1/state:params) and in an .npz keyed as the summary prints, and an
+  input x.npz."""
+  path = workdir / "bind"
+  path.mkdir()
+  _run(DUMP, f"{workdir}/model.py:make_dense", "-o",
+       str(path / "predict.jaxpr"))
+  summary = _run(LOAD, str(path / "predict.jaxpr")).stdout
+  assert "arg0: args[0]['dense']['b']: float32[3]" in summary
+  np.savez(path / "params.npz", **{
+      "args[0]['dense']['b']": PARAMS["dense"]["b"],
+      "args[0]['dense']['w']": PARAMS["dense"]["w"]})
+  np.savez(path / "x.npz", arg0=X)
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  with ocp.CheckpointManager(path / "ckpt") as mngr:
+    mngr.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(
+        {"params": PARAMS, "step": np.int32(1)})))
+    mngr.wait_until_finished()
+  return path
+
+
+SOURCES = {"npz": "params.npz", "orbax": "ckpt/1/state:params"}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_bind_and_run(bind_dir, source):
+  proc = _run(LOAD, "predict.jaxpr", "--bind", f"0={SOURCES[source]}",
+              "--run", "x.npz", "--out", f"out_{source}.npz", cwd=bind_dir)
+  assert "wrote 1 outputs" in proc.stdout
+  np.testing.assert_allclose(
+      np.load(bind_dir / f"out_{source}.npz")["out0"], _predict(PARAMS, X),
+      rtol=1e-6, atol=1e-6)
+  # Without an action: the summary of the bound program (x alone).
+  summary = _run(LOAD, "predict.jaxpr", "--bind", f"0={SOURCES[source]}",
+                 cwd=bind_dir).stdout
+  assert "arg0: args[0]: float32[5,4]" in summary and "arg1" not in summary
+  assert "constants: 2, 60 bytes" in summary
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_bind_and_write_the_bound_program(bind_dir, source):
+  out = bind_dir / f"bound_{source}.jaxpr"
+  _run(LOAD, "predict.jaxpr", "--bind", f"0={SOURCES[source]}", "-o",
+       str(out), cwd=bind_dir)
+  bound = jaxpr_io.load(out, check=True)
+  assert [a.shape for a in bound.in_avals] == [(5, 4)]
+  np.testing.assert_allclose(bound(X), _predict(PARAMS, X), rtol=1e-6,
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_bind_to_exported(bind_dir, source):
+  out = bind_dir / f"bound_{source}.exported"
+  _run(LOAD, "predict.jaxpr", "--bind", f"0={SOURCES[source]}",
+       "--to-exported", str(out), "--platforms", "cpu", cwd=bind_dir)
+  import jax  # pylint: disable=g-import-not-at-top
+  exported = jax.export.deserialize(out.read_bytes())
+  assert [a.shape for a in exported.in_avals] == [(5, 4)]  # weights baked in
+  np.testing.assert_allclose(exported.call(X), _predict(PARAMS, X),
+                             rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_bind_to_saved_model_serves_the_data_input_only(bind_dir, source):
+  tf = pytest.importorskip("tensorflow")
+  sm = bind_dir / f"sm_{source}"
+  _run(LOAD, "predict.jaxpr", "--bind", f"0={SOURCES[source]}",
+       "--to-saved-model", str(sm), cwd=bind_dir)
+  serve = tf.saved_model.load(str(sm)).signatures["serving_default"]
+  _, specs = serve.structured_input_signature
+  assert list(specs) == ["arg0"] and specs["arg0"].shape == (5, 4)
+  # The weights are variables (under variables/), not graph constants.
+  assert (sm / "variables" / "variables.index").exists()
+  graph = (sm / "saved_model.pb").read_bytes()
+  assert PARAMS["dense"]["w"].tobytes() not in graph
+  np.save(bind_dir / "x.npy", X)
+  cli = os.path.join(BIN, "saved_model_cli")
+  _run(cli, "run", "--dir", str(sm), "--tag_set", "serve",
+       "--signature_def", "serving_default", "--inputs",
+       f"arg0={bind_dir / 'x.npy'}", "--outdir", str(bind_dir / f"o_{source}"))
+  np.testing.assert_allclose(np.load(bind_dir / f"o_{source}" / "out0.npy"),
+                             _predict(PARAMS, X), rtol=1e-5, atol=1e-5)
+
+
+_NO_TF = ("import sys; sys.modules['tensorflow'] = None; "
+          "from jaxpr_io.tools.load import main; sys.exit(main())")
+_NO_FLATBUFFERS = ("import sys; sys.modules['flatbuffers'] = None; "
+                   "from jaxpr_io.tools.load import main; sys.exit(main())")
+
+
+@pytest.fixture(scope="module")
+def error_dir(bind_dir):
+  (bind_dir / "syntax.py").write_text("import numpy as np\nx = (\n")
+  (bind_dir / "badimport.py").write_text(
+      "import numpy as np\nimport no_such_package_xyz\n")
+  (bind_dir / "raises.py").write_text(
+      "def make():\n  return {}['missing']\n")
+  np.save(bind_dir / "x.npy", X)
+  np.savez(bind_dir / "wrong.npz", **{
+      "['dense']['b']": PARAMS["dense"]["b"],
+      "['dense']['w']": PARAMS["dense"]["w"][:, :2]})
+  np.savez(bind_dir / "renamed.npz", **{
+      "['dense']['bias']": PARAMS["dense"]["b"],
+      "['dense']['w']": PARAMS["dense"]["w"]})
+  return bind_dir
+
+
+@pytest.mark.parametrize("argv,status,message", [
+    ([LOAD, "predict.jaxpr", "--bind", "0=wrong.npz"], 2,
+     "--bind 0=wrong.npz: bind args[0]['dense']['w']: the program takes "
+     "float32[4,3], the source has float32[4,2]"),
+    ([LOAD, "predict.jaxpr", "--bind", "0=renamed.npz"], 2,
+     "bind args[0]['dense']['b']: the program takes float32[3], the source "
+     "has nothing there"),
+    ([LOAD, "predict.jaxpr", "--bind", "0=ckpt/1/state"], 2,
+     "bind args[0]['dense']['b']: the program takes float32[3], the source "
+     "has nothing there"),
+    ([LOAD, "predict.jaxpr", "--bind", "0=ckpt/1/state:params.nope"], 1,
+     "no key 'nope' under params"),
+    ([LOAD, "predict.jaxpr", "--bind", "0=ckpt/1"], 1,
+     "give a checkpoint item directory"),
+    ([LOAD, "predict.jaxpr", "--bind", "0=x.npy"], 1, "one .npy array"),
+    ([LOAD, "predict.jaxpr", "--bind", "0=nothere.npz"], 2,
+     "no such file or directory: nothere.npz"),
+    ([LOAD, "predict.jaxpr", "--bind", "1=params.npz"], 2,
+     "--bind 1=... needs --bind 0=..."),
+    ([LOAD, "predict.jaxpr", "--bind", "params"], 2, "expected ARG=SOURCE"),
+    ([LOAD, "predict.jaxpr", "--bind", "w=params.npz"], 2,
+     "no keyword argument 'w'"),
+    ([LOAD, "predict.jaxpr", "--to-exported", "e", "--platforms", "gpu"], 2,
+     "unknown platform 'gpu' in --platforms gpu: valid platforms are cpu, "
+     "cuda, rocm, tpu"),
+    ([LOAD, "predict.jaxpr", "--to-exported", "e", "--platforms",
+      "cpu,tpu,foo"], 2, "unknown platform 'foo'"),
+    ([LOAD, "predict.jaxpr", "--platforms", "cpu"], 2,
+     "--platforms sets the lowering platforms of --to-exported"),
+    ([sys.executable, "-c", _NO_TF, "predict.jaxpr", "--to-saved-model",
+      "sm_none"], 1, "needs TensorFlow: pip install 'jaxpr_io[tf]'"),
+    ([sys.executable, "-c", _NO_FLATBUFFERS, "predict.jaxpr",
+      "--to-exported", "e"], 1, "needs the flatbuffers package: pip install "
+     "flatbuffers"),
+    ([DUMP, "syntax.py:f", "--args", "f32[2]"], 1,
+     "syntax.py:2: SyntaxError: "),
+    ([DUMP, "badimport.py:f", "--args", "f32[2]"], 1,
+     "badimport.py:2: ModuleNotFoundError: No module named "
+     "'no_such_package_xyz'"),
+    ([DUMP, "raises.py:make"], 1, "raises.py:2: KeyError: 'missing'"),
+    ([LOAD, "predict.jaxpr", "--run", "x.npy"], 2,
+     "--run x.npy: expected an .npz archive"),
+    ([LOAD, "predict.jaxpr", "-o", "/missing/dir/x.jaxpr"], 2,
+     "cannot write /missing/dir/x.jaxpr: no such directory /missing/dir"),
+    ([DUMP, "syntax.py:f", "--args", "f32[2]", "-o",
+      "/missing/dir/x.jaxpr"], 2,
+     "cannot write /missing/dir/x.jaxpr: no such directory /missing/dir"),
+])
+def test_every_failure_is_one_line(error_dir, argv, status, message):
+  proc = _run(*argv, ok=False, cwd=error_dir)
+  assert proc.returncode == status, proc.stderr
+  errors = [l for l in proc.stderr.splitlines() if ": error: " in l]
+  assert len(errors) == 1 and message in errors[0], proc.stderr
+  assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    [LOAD, "predict.jaxpr", "--bind", "0=wrong.npz"],
+    [DUMP, "badimport.py:f", "--args", "f32[2]"],
+])
+def test_debug_shows_the_traceback(error_dir, argv):
+  proc = _run(*argv, "--debug", ok=False, cwd=error_dir)
+  assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_save_to_a_missing_directory_names_the_path(tmp_path):
+  target = tmp_path / "missing" / "x.jaxpr"
+  with pytest.raises(FileNotFoundError, match=f"cannot write {target}"):
+    jaxpr_io.save(target, jaxpr_io.trace(lambda x: x, np.ones(2)))

@@ -14,7 +14,9 @@ import jax
 import jax.numpy as jnp
 
 import jaxpr_io
-from jaxpr_io.tools._common import CliError, run_main, stage
+from jaxpr_io.errors import JaxprIoError
+from jaxpr_io.tools._common import (CliError, run_main, stage,
+                                     user_code_error)
 
 PROG = "jaxpr-dump"
 EPILOG = """\
@@ -70,23 +72,42 @@ def load_target(target: str):
         os.path.splitext(os.path.basename(module_part))[0], module_part)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, os.path.dirname(os.path.abspath(module_part)))
-    spec.loader.exec_module(module)
+    try:
+      spec.loader.exec_module(module)
+    except Exception as e:  # pylint: disable=broad-except
+      # Whatever the user's file raises: one line with its file:line.
+      raise user_code_error(e, module_part) from e
   else:
     try:
       module = importlib.import_module(module_part)
-    except ImportError as e:
-      raise CliError(f"cannot import {module_part!r}: {e}") from None
+    except ModuleNotFoundError as e:
+      if e.name and (module_part == e.name or
+                     module_part.startswith(e.name + ".")):
+        raise CliError(f"cannot import {module_part!r}: {e}") from None
+      raise user_code_error(e) from e  # an import inside the module failed
+    except Exception as e:  # pylint: disable=broad-except
+      raise user_code_error(e) from e
   try:
     return getattr(module, name)
   except AttributeError:
     raise CliError(f"{module_part} has no attribute {name!r}") from None
 
 
+def _target_file(target: str) -> str | None:
+  module_part = target.rpartition(":")[0]
+  if module_part.endswith(".py") or os.sep in module_part:
+    return module_part
+  return None
+
+
 def _fn_and_args(target: str, specs: Sequence[str] | None):
   obj = load_target(target)
   if specs:
     return obj, parse_specs(specs), {}
-  made = obj()
+  try:
+    made = obj()
+  except Exception as e:  # pylint: disable=broad-except
+    raise user_code_error(e, _target_file(target)) from e
   if not isinstance(made, tuple) or len(made) not in (2, 3):
     raise CliError(f"{target} must return (fn, args) or (fn, args, kwargs) "
                    "when --args is not given")
@@ -123,11 +144,20 @@ def _main(argv: Sequence[str]) -> int:
     if not sep or not key:
       raise CliError(f"bad --metadata {item!r}: expected KEY=VALUE")
     metadata[key] = value
+  out = args.output or args.target.rpartition(":")[2] + ".jaxpr"
+  out_dir = os.path.dirname(out)
+  if out_dir and not os.path.isdir(out_dir):  # before a long trace
+    raise CliError(f"cannot write {out}: no such directory {out_dir}")
   fn, fn_args, fn_kwargs = _fn_and_args(args.target, args.args)
   with stage(PROG, f"tracing {args.target}"):
-    prog = jaxpr_io.trace(fn, *fn_args, **fn_kwargs)
+    try:
+      prog = jaxpr_io.trace(fn, *fn_args, **fn_kwargs)
+    except JaxprIoError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      # The user's function failed while it was traced.
+      raise user_code_error(e, _target_file(args.target)) from e
   prog.metadata.update(metadata)
-  out = args.output or args.target.rpartition(":")[2] + ".jaxpr"
   with stage(PROG, f"writing {out}"):
     jaxpr_io.save(out, prog)
   if args.text:

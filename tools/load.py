@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
+import re
 import sys
 from typing import Sequence
 
@@ -12,6 +14,7 @@ import numpy as np
 
 import jaxpr_io
 from jaxpr_io import compat
+from jaxpr_io.converters._common import PLATFORMS
 from jaxpr_io.tools._common import CliError, run_main, stage
 
 PROG = "jaxpr-load"
@@ -24,12 +27,31 @@ examples:
   jaxpr-load model.jaxpr --to-exported model.exported --platforms cpu,cuda
   jaxpr-load model.jaxpr --to-saved-model models/model/1
   jaxpr-load model.jaxpr --html model.html    # the viewer page, offline
+  # predict(params, x) with the params of an Orbax checkpoint (or an .npz):
+  jaxpr-load predict.jaxpr --bind 0=ckpt/100/state:params \
+      --to-saved-model models/predict/1
+  jaxpr-load predict.jaxpr --bind params=params.npz -o served.jaxpr
 
 --run reads the inputs from IN.npz as arg0, arg1, ... in flattened input
 order (the summary lists that order with each input's pytree path) and
 writes the outputs to OUT.npz as out0, out1, ... (without --out it prints
 their shapes and first values).
+
+--bind ARG=SOURCE fixes the input ARG (a positional index, from 0 up like
+functools.partial, or a keyword name) to the arrays of SOURCE: an Orbax
+checkpoint item directory, optionally with :KEY.PATH to take a subtree
+(ckpt/100/state:params), or an .npz whose arrays are keyed by the key paths
+the summary prints (args[0]['w']) or by paths relative to ARG (['w']). The
+weights become the program's constants: --run, --to-exported,
+--to-saved-model and -o then see a program of the remaining inputs, numbered
+arg0, arg1, ... again (a SavedModel's serving_default takes only them, the
+weights are its variables). A SOURCE that does not match the program is an
+error naming the first mismatching key path.
+
+--platforms (lowering platforms of --to-exported and --to-saved-model) is
+a comma-separated subset of: cpu, cuda, rocm, tpu.
 """
+
 
 
 def input_paths(prog) -> list[str]:
@@ -79,10 +101,12 @@ def summary(path: str, prog) -> str:
   counts = collections.Counter(e.primitive.name for j in jaxprs
                                for e in j.eqns)
   p = prog.producer
-  lines = [f"file: {path}",
-           f"format version: {p['format_version']} (written by jaxpr_io "
-           f"{p['jaxpr_io_version']}, jax {p['jax_version']}, jaxlib "
-           f"{p['jaxlib_version']})", "inputs:"]
+  lines = [f"file: {path}"]
+  if p:
+    lines.append(f"format version: {p['format_version']} (written by "
+                 f"jaxpr_io {p['jaxpr_io_version']}, jax {p['jax_version']}, "
+                 f"jaxlib {p['jaxlib_version']})")
+  lines.append("inputs:")
   for i, (name, aval) in enumerate(zip(input_paths(prog), closed.in_avals)):
     lines.append(f"  arg{i}: {name}: {aval.str_short()}")
   lines.append("outputs:")
@@ -104,7 +128,12 @@ def summary(path: str, prog) -> str:
 
 def run(prog, in_path: str, out_path: str | None) -> None:
   closed = prog.closed_jaxpr
-  with np.load(in_path, allow_pickle=False) as data:
+  data = np.load(in_path, allow_pickle=False)
+  if not isinstance(data, np.lib.npyio.NpzFile):
+    raise CliError(f"--run {in_path}: expected an .npz archive of the inputs "
+                   "arg0, arg1, ... (np.savez(path, arg0=x)), got a single "
+                   ".npy array")
+  with data:
     expected = [f"arg{i}" for i in range(len(closed.in_avals))]
     missing = [k for k in expected if k not in data.files]
     if missing:
@@ -130,6 +159,73 @@ def run(prog, in_path: str, out_path: str | None) -> None:
           f"{' ...' if o.size > 6 else ''}")
 
 
+def parse_platforms(args) -> tuple[str, ...] | None:
+  if not args.platforms:
+    return None
+  if not (args.to_exported or args.to_saved_model):
+    raise CliError("--platforms sets the lowering platforms of "
+                   "--to-exported and --to-saved-model; give one of them")
+  platforms = tuple(p.strip() for p in args.platforms.split(","))
+  for p in platforms:
+    if p not in PLATFORMS:
+      raise CliError(f"unknown platform {p!r} in --platforms "
+                     f"{args.platforms}: valid platforms are "
+                     f"{', '.join(PLATFORMS)}"
+                     + (" (NVIDIA GPUs are cuda, AMD GPUs rocm)"
+                        if p == "gpu" else ""))
+  if len(set(platforms)) != len(platforms):
+    raise CliError(f"--platforms {args.platforms} names a platform twice")
+  return platforms
+
+
+def parse_binds(items: Sequence[str]) -> list[tuple[int | str, str, str]]:
+  """(ARG as an index or a name, SOURCE, the item) of each --bind."""
+  binds, seen = [], set()
+  for item in items:
+    arg, sep, source = item.partition("=")
+    if not sep or not arg or not source or not (
+        arg.isdigit() or arg.isidentifier()):
+      raise CliError(f"bad --bind {item!r}: expected ARG=SOURCE, ARG a "
+                     "positional index (0, 1, ...) or a keyword name")
+    key = int(arg) if arg.isdigit() else arg
+    if key in seen:
+      raise CliError(f"--bind binds {arg} twice")
+    seen.add(key)
+    binds.append((key, source, item))
+  indices = sorted(k for k, _, _ in binds if isinstance(k, int))
+  if indices != list(range(len(indices))):
+    missing = min(set(range(len(indices) + 1)) - set(indices))
+    raise CliError(f"--bind binds positional arguments from the first, like "
+                   f"functools.partial: --bind {indices[-1]}=... needs "
+                   f"--bind {missing}=... too (or bind it by keyword)")
+  return binds
+
+
+_BOUND_ARG = re.compile(r"^bind (args\[(\d+)\]|kwargs\['([^']*)'\])")
+
+
+def bind(prog, binds):
+  """`prog.bind` with the arrays of each --bind SOURCE."""
+  from jaxpr_io import bind_sources  # pylint: disable=g-import-not-at-top
+  positional, keyword = [], {}
+  for key, source, _ in sorted(binds, key=lambda b: (
+      (0, b[0], "") if isinstance(b[0], int) else (1, 0, b[0]))):
+    with stage(PROG, f"reading {source}"):
+      value = bind_sources.load_source(source)
+    if isinstance(key, int):
+      positional.append(value)
+    else:
+      keyword[key] = value
+  try:
+    return prog.bind(*positional, **keyword)
+  except TypeError as e:
+    # Name the --bind the mismatch comes from.
+    m = _BOUND_ARG.match(str(e))
+    sources = {str(k): item for k, _, item in binds}
+    item = m and sources.get(m.group(2) or m.group(3))
+    raise CliError(f"--bind {item}: {e}" if item else str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog=PROG, description="Inspect, check, run and convert a .jaxpr file.",
@@ -153,9 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
                       "to OUT.mlir")
   parser.add_argument("--to-saved-model", metavar="DIR",
                       help="write a TensorFlow SavedModel (needs tensorflow)")
+  parser.add_argument("--bind", action="append", default=[],
+                      metavar="ARG=SOURCE",
+                      help="fix input ARG (0, 1, ... or a keyword name) to "
+                      "the arrays of SOURCE (an Orbax checkpoint item "
+                      "directory[:KEY.PATH] or an .npz); repeatable")
+  parser.add_argument("-o", "--output", metavar="OUT.jaxpr",
+                      help="write the program (with --bind: the bound "
+                      "program) to OUT.jaxpr")
   parser.add_argument("--platforms", metavar="P1,P2",
-                      help="lowering platforms for the converters, e.g. "
-                      "cpu,cuda (default: this machine's)")
+                      help="lowering platforms for --to-exported and "
+                      "--to-saved-model: cpu, cuda, rocm, tpu (default: "
+                      "this machine's)")
   parser.add_argument("--html", metavar="OUT.html",
                       help="write a self-contained viewer page holding the "
                       "file (graph, signature, params, constants, search; "
@@ -168,7 +273,12 @@ def _main(argv: Sequence[str]) -> int:
   args = build_parser().parse_args(argv)
   if args.out and not args.run:
     raise CliError("--out needs --run")
-  platforms = tuple(args.platforms.split(",")) if args.platforms else None
+  platforms = parse_platforms(args)
+  binds = parse_binds(args.bind)
+  for out in (args.output, args.out, args.html):
+    out_dir = os.path.dirname(out or "")
+    if out_dir and not os.path.isdir(out_dir):
+      raise CliError(f"cannot write {out}: no such directory {out_dir}")
   if args.html:
     from jaxpr_io.tools import html  # pylint: disable=g-import-not-at-top
     with stage(PROG, f"writing the viewer page {args.html}"):
@@ -177,11 +287,18 @@ def _main(argv: Sequence[str]) -> int:
     # The page reads the file itself: nothing else asked, nothing to load
     # (so it also shows files this JAX release cannot load).
     if not (args.check or args.text or args.run or args.to_exported
-            or args.to_saved_model):
+            or args.to_saved_model or args.output or binds):
       return 0
   with stage(PROG, f"loading {args.file}"):
     prog = jaxpr_io.load(args.file, check=args.check, trusted=args.trusted)
+  if binds:
+    prog = bind(prog, binds)
   acted = False
+  if args.output:
+    with stage(PROG, f"writing {args.output}"):
+      jaxpr_io.save(args.output, prog)
+    print(f"wrote {args.output} ({os.path.getsize(args.output):,} bytes)")
+    acted = True
   if args.check:
     print(f"{args.file}: OK (checksums, type check, lowering and "
           "compilation passed)")
