@@ -66,7 +66,6 @@ KNOWN_GAPS = {
 # Primitives jaxpr_io's table knows by name on some releases, whose params
 # it cannot store yet: gaps, not storable.
 PARAM_GAPS = {
-    "custom_vmap_call": "custom_vmap's rule is a Python callable",
     "xla_metadata_call": "scheduling-group metadata call; its params are "
                          "untested",
 }
