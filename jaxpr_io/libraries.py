@@ -14,6 +14,13 @@ under which attribute, and which pip package provides that module.
   never from the file. When the package is not installed, the load fails
   with a `FormatError` naming the package to install.
 
+The same table names the library packages whose classes a file may ask
+for (`LIBRARY_PACKAGES`): a pytree node type of module `lineax._operator`
+(an Equinox module, say) may be looked up after importing `lineax`, the
+package's module from this table, never the module the file names
+(jaxpr_io/pytrees.py). The codecs of those libraries' values are in
+jaxpr_io/library_codecs.py.
+
 `jaxpr_io.register_primitive` stays for every other primitive.
 """
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
+import types
 from typing import Any
 
 from jaxpr_io import compat
@@ -35,6 +43,20 @@ class LibraryPrimitive:
   module: str      # the module that defines it
   attribute: str   # the module attribute that holds the Primitive
   package: str     # the pip package that provides the module
+  # Made with Equinox's filter primitives (`filter_primitive_bind`): its
+  # params `treedef`, `static` and `flatten` have the codecs of
+  # jaxpr_io/library_codecs.py.
+  filter_primitive: bool = False
+
+
+# Library packages by top-level module name: (the module jaxpr_io imports
+# for it, the pip package). Importing it defines the package's classes.
+LIBRARY_PACKAGES: dict[str, tuple[str, str]] = {
+    "equinox": ("equinox", "equinox"),
+    "lineax": ("lineax", "lineax"),
+    "optimistix": ("optimistix", "optimistix"),
+    "diffrax": ("diffrax", "diffrax"),
+}
 
 
 def _equinox(name: str, module: str, attribute: str) -> LibraryPrimitive:
@@ -54,6 +76,8 @@ LIBRARY_PRIMITIVES: tuple[LibraryPrimitive, ...] = (
     _equinox("select_if_vmap", "equinox.internal._loop.common",
              "select_if_vmap_p"),
     _equinox("maybe_set", "equinox.internal._loop.common", "maybe_set_p"),
+    LibraryPrimitive("lineax.linear_solve", "lineax._solve", "linear_solve_p",
+                     "lineax", filter_primitive=True),
 )
 
 _BY_NAME = {entry.name: entry for entry in LIBRARY_PRIMITIVES}
@@ -91,3 +115,92 @@ def load(name: str) -> Any | None:
         f"{entry.package!r} has no {entry.module}.{entry.attribute}; "
         "install the version that wrote the file")
   return primitive
+
+
+def import_package_of(module_name: str) -> str:
+  """Imports the library package that `module_name` belongs to, from
+  `LIBRARY_PACKAGES`, so that its classes can be found in `sys.modules`.
+  Returns "" when it is imported, else why not. `module_name` is only
+  compared with the table: what is imported is the table's module."""
+  top = module_name.partition(".")[0]
+  entry = LIBRARY_PACKAGES.get(top)
+  if entry is None:
+    return f"module {module_name} is not imported"
+  module, package = entry
+  try:
+    importlib.import_module(module)
+  except ImportError as e:
+    return (f"module {module_name} is not imported, and its package cannot "
+            f"be ({e}); install it with `pip install {package}`")
+  return ""
+
+
+def find_function(module_name: str, qualname: str):
+  """(the module-level function `module_name.qualname`, "") or (None, why
+  not), found as `find_class` finds classes."""
+  module, reason = _find_module(module_name)
+  if module is None:
+    return None, reason
+  fn = vars(module).get(qualname)
+  if (type(fn) is not types.FunctionType or fn.__module__ != module_name
+      or fn.__qualname__ != qualname):
+    return None, f"{module_name} has no function {qualname}"
+  return fn, ""
+
+
+def _find_module(module_name: str):
+  """(the module, "") if it is in `sys.modules` or comes with a table
+  package's import, else (None, why not)."""
+  module = sys.modules.get(module_name)
+  if module is None:
+    reason = import_package_of(module_name)
+    if reason:
+      return None, reason
+    module = sys.modules.get(module_name)
+  if not isinstance(module, types.ModuleType):
+    return None, f"module {module_name} is not imported"
+  return module, ""
+
+
+def find_class(module_name: str, qualname: str) -> tuple[type | None, str]:
+  """(the class `module_name.qualname` of the running process, "") or
+  (None, why not). The module must be in `sys.modules`, or be a module of
+  a table package once `import_package_of` has imported it; the qualname is
+  resolved through module and class `__dict__`s (never `getattr`, so no
+  module `__getattr__` hook runs), and what it finds must be a class with
+  exactly that `__module__` and `__qualname__`."""
+  if module_name == _STR2JAX_MODULE:
+    return _str2jax_class(qualname)
+  obj, reason = _find_module(module_name)
+  if obj is None:
+    return None, reason
+  for part in qualname.split("."):
+    obj = vars(obj).get(part)
+    if not isinstance(obj, type):
+      return None, f"{module_name} has no class {qualname}"
+  if (getattr(obj, "__module__", None) != module_name or
+      getattr(obj, "__qualname__", None) != qualname):
+    return None, f"{module_name} has no class {qualname}"
+  return obj, ""
+
+
+# `equinox.internal.str2jax(msg)` makes a new class named `msg` in this
+# module at each call: the libraries keep one instance each as a module
+# global (lineax's `_lu_token`), and that instance's class is the one a
+# file means.
+_STR2JAX_MODULE = "equinox.internal._str2jax"
+
+
+def _str2jax_class(qualname: str) -> tuple[type | None, str]:
+  # Only imported modules are searched: the primitive whose params hold
+  # such an object imported its library already.
+  found = {type(v) for name, module in list(sys.modules.items())
+           if isinstance(module, types.ModuleType)
+           and name.partition(".")[0] in LIBRARY_PACKAGES
+           for v in list(vars(module).values())
+           if type(v).__module__ == _STR2JAX_MODULE
+           and type(v).__qualname__ == qualname}
+  if len(found) != 1:
+    return None, (f"the libraries define {len(found)} objects of an "
+                  f"equinox.internal.str2jax class {qualname!r}, not one")
+  return found.pop(), ""

@@ -298,6 +298,18 @@ def decode_record(r, msg, depth):
   name = r.string(msg.record.type)
   codec = registry.RECORDS.by_name.get(name)
   if codec is None:
+    # A record of a library in jaxpr_io's table (an Equinox sentinel):
+    # registered once that library is imported, from the table.
+    from jaxpr_io import library_codecs  # pylint: disable=g-import-not-at-top
+    try:
+      codec = library_codecs.load_record(name)
+    except library_codecs.MissingLibraryError:
+      if not getattr(r, "unloaded_records_ok", False):
+        raise
+      # In a pytree node's auxdata: the node loads as a plain container.
+      fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields)
+      return library_codecs.UnloadedRecord(name, fields)
+  if codec is None:
     raise FormatError(f"unknown param record type {name!r}; register it "
                       "with jaxpr_io.register_param_codec before loading")
   fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields)
@@ -435,7 +447,10 @@ def decode_value(r, msg, depth: int = 0):
   decoder = DECODERS.get(kind)
   if decoder is None:
     raise FormatError(f"param value has no known kind ({kind!r})")
-  memo = r.value_memo if depth == 0 and kind in _SHARED_KINDS else None
+  # Not shared while placeholders of unloaded library records may be made
+  # (a pytree node's auxdata): a param of the same bytes must not get one.
+  memo = (r.value_memo if depth == 0 and kind in _SHARED_KINDS
+          and not getattr(r, "unloaded_records_ok", False) else None)
   if memo is None:
     return decoder(r, msg, depth)
   key = msg.SerializeToString()

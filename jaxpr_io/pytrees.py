@@ -25,14 +25,19 @@ Each node of a treedef is stored by kind (schema/jaxpr.proto, `PyTree`):
       plain data, every child of that node is stored by position
       (`FlattenedIndexKey`);
     - the auxdata, when it is plain data that a `Value` stores exactly (see
-      `_is_plain_data`); otherwise (e.g. Equinox's field sentinels or a
-      function) it is left out.
+      `_is_plain_data`; Equinox's `Missing` field sentinel, its enumeration
+      classes and Lineax's tags are records of jaxpr_io/library_codecs.py);
+      otherwise (e.g. a function) it is left out.
 
-## Loading never imports
+## Loading imports only the library table
 
 A GENERIC node is re-bound to its type when all of these hold:
 
-  1. the module is in `sys.modules` already (loading never imports it), the
+  1. the module is in `sys.modules` already, or it is a module of a library
+     package in jaxpr_io's table (`libraries.LIBRARY_PACKAGES`: Equinox,
+     Lineax, Optimistix, Diffrax) and is there once the table's module for
+     that package is imported (a module the file names is never imported,
+     only compared with the table), the
      qualname resolves in it through module and class `__dict__`s (never
      `getattr`, so no module `__getattr__` hook runs), and what it finds is a
      class with exactly that `__module__` and `__qualname__`, and not one of
@@ -83,7 +88,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import sys
 import threading
 import types
 from typing import Any
@@ -93,6 +97,8 @@ import numpy as np
 
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
+from jaxpr_io import libraries
+from jaxpr_io import library_codecs
 from jaxpr_io import params
 from jaxpr_io import registry
 from jaxpr_io.compat import pytrees as compat_pytrees
@@ -152,15 +158,17 @@ def encode_treedef(w, treedef, out, depth: int = 0) -> None:
   _write(w, node, out)
 
 
-def _node_of(treedef, depth: int) -> Node:
-  """The `Node` tree of a (traced) treedef."""
+def _node_of(treedef, depth: int, programs: bool = False) -> Node:
+  """The `Node` tree of a (traced) treedef. With `programs`, auxdata may
+  hold jaxprs (see `_is_plain_data`)."""
   if depth > MAX_DEPTH:
     raise UnsupportedError(f"pytree nests deeper than {MAX_DEPTH}")
   node_data = treedef.node_data()
   if node_data is None:
     return Node("leaf")
   node_type, aux = node_data
-  children = tuple(_node_of(c, depth + 1) for c in treedef.children())
+  children = tuple(_node_of(c, depth + 1, programs)
+                   for c in treedef.children())
   if node_type is types.NoneType:
     return Node("none")
   if node_type is tuple:
@@ -186,7 +194,7 @@ def _node_of(treedef, depth: int) -> Node:
   keys = compat_pytrees.child_keys(node_type, aux, len(children))
   if keys is None or not all(_is_storable_key(k) for k in keys):
     keys = tuple(_FlattenedIndexKey(i) for i in range(len(children)))
-  has_auxdata = _is_plain_data(aux, 0)
+  has_auxdata = _is_plain_data(aux, 0, programs)
   return Node("generic", children,
               type_module=str(getattr(node_type, "__module__", "")),
               type_qualname=str(getattr(node_type, "__qualname__",
@@ -224,13 +232,17 @@ _PLAIN_ENCODERS = frozenset({
     params.encode_dtype, params.encode_numpy_scalar})
 
 
-def _is_plain_data(v, depth: int) -> bool:
+def _is_plain_data(v, depth: int, programs: bool = False) -> bool:
   """Whether `params.encode_value` stores `v` exactly as plain data: None,
   bools, ints, floats, complexes, strings, dtypes, numpy scalars, builtin
   and numpy scalar types, registered enums and records of these, and tuples
   and frozensets of all of them, nested at most MAX_KEY_NESTING deep.
   Checked before encoding, so that a value that cannot be stored leaves
   nothing behind in the writer's tables.
+
+  With `programs` (treedef params, which the program itself uses, never
+  compares with a caller's), jaxprs count too: an Equinox closure-converted
+  function holds its jaxpr as static data.
   """
   if depth > MAX_KEY_NESTING:
     return False
@@ -239,7 +251,7 @@ def _is_plain_data(v, depth: int) -> bool:
   if encoder in _PLAIN_ENCODERS:
     return True
   if t is tuple or t is frozenset:
-    return all(_is_plain_data(item, depth + 1) for item in v)
+    return all(_is_plain_data(item, depth + 1, programs) for item in v)
   if t is type:
     if v in (bool, int, float, complex):
       return True
@@ -257,9 +269,11 @@ def _is_plain_data(v, depth: int) -> bool:
     codec = registry.RECORDS.by_name[registry.RECORDS.by_key[t]]
     try:
       fields = codec.to_fields(v)
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError, UnsupportedError):
       return False
-    return all(_is_plain_data(f, depth + 1) for f in fields)
+    return all(_is_plain_data(f, depth + 1, programs) for f in fields)
+  if programs and t in compat.JAXPR_TYPES:
+    return True
   return False
 
 
@@ -325,7 +339,7 @@ def _write_key(w, key, out) -> None:
 def _exact_problem(treedef) -> str | None:
   """Why `treedef` cannot be stored exactly, or None."""
   try:
-    node = _node_of(treedef, 0)
+    node = _node_of(treedef, 0, programs=True)
   except UnsupportedError as e:
     return str(e)
   stack = [node]
@@ -342,9 +356,10 @@ def encode_treedef_value(w, v, out, depth):
   del depth
   problem = _exact_problem(v)
   if problem is not None:
-    raise UnsupportedError(f"the treedef param {v} cannot be stored "
-                           f"exactly: {problem}"[:600])
-  _write(w, _node_of(v, 0), out.treedef)
+    # The reason first: the treedef itself may be long.
+    raise UnsupportedError(f"a treedef param cannot be stored exactly: "
+                           f"{problem}; the treedef is {v}"[:600])
+  _write(w, _node_of(v, 0, programs=True), out.treedef)
 
 
 def decode_treedef_value(r, msg, depth):
@@ -547,9 +562,21 @@ def _read_node(r, msg, depth: int, memo: TreeMemo, limit: int | None
                       f"{len(msg.child_keys)} child keys")
   keys = tuple(_read_key(r, k, where) for k in msg.child_keys)
   has_auxdata = msg.HasField("auxdata")
-  auxdata = params.decode_value(r, msg.auxdata) if has_auxdata else None
+  auxdata = _read_auxdata(r, msg.auxdata) if has_auxdata else None
   return Node("generic", children, type_module=module, type_qualname=qualname,
               child_keys=keys, has_auxdata=has_auxdata, auxdata=auxdata)
+
+
+def _read_auxdata(r, msg):
+  """A GENERIC node's auxdata. A record of a table library that cannot be
+  imported here becomes a `library_codecs.UnloadedRecord` (the node then
+  loads as a plain container) instead of failing the load."""
+  before = getattr(r, "unloaded_records_ok", False)
+  r.unloaded_records_ok = True
+  try:
+    return params.decode_value(r, msg)
+  finally:
+    r.unloaded_records_ok = before
 
 
 def _read_key(r, msg, where: str):
@@ -660,23 +687,16 @@ def _find_type(node: Node) -> tuple[type | None, str]:
   """(the loading process's class of a GENERIC node, "") when the node can
   be re-bound to it (the conditions of the module docstring), else (None,
   why not)."""
-  module = sys.modules.get(node.type_module)  # never imports
-  if not isinstance(module, types.ModuleType):
-    return None, f"module {node.type_module} is not imported"
-  obj = module
-  for part in node.type_qualname.split("."):
-    # `vars`, not `getattr`: a module-level `__getattr__` may import.
-    obj = vars(obj).get(part)
-    if not isinstance(obj, type):
-      return None, f"{node.type_module} has no class {node.type_qualname}"
-  if (getattr(obj, "__module__", None) != node.type_module or
-      getattr(obj, "__qualname__", None) != node.type_qualname):
-    return None, f"{node.type_module} has no class {node.type_qualname}"
+  obj, reason = libraries.find_class(node.type_module, node.type_qualname)
+  if obj is None:
+    return None, reason
   if obj in (types.NoneType, tuple, list, dict):
     # Stored by their own kinds; JAX checks their node data only lazily.
     return None, "a GENERIC node cannot be a built-in container"
   if not node.has_auxdata:
     return None, "its auxdata is not plain data and was not stored"
+  if library_codecs.holds_unloaded(node.auxdata):
+    return None, "its auxdata holds values of a library not imported here"
   n = len(node.children)
   if compat_pytrees.make_node(obj, node.auxdata,
                               [compat_pytrees.LEAF] * n) is None:

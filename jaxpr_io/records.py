@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.registry import register_param_codec
 
@@ -434,6 +435,71 @@ def decode_scalar_type(fields):
   return scalar_type
 
 
+def encode_list(value) -> tuple:
+  """A Python list: its items (static pytree data holds lists, e.g.
+  Equinox's `Static` wrapper and closure-converted functions)."""
+  return tuple(value)
+
+
+def decode_list(fields):
+  if type(fields) is not tuple:
+    raise FormatError("builtins.list: the fields are not a tuple")
+  return list(fields)
+
+
+def encode_shape_dtype_struct(value) -> tuple:
+  """(shape, dtype, weak_type) of a `jax.ShapeDtypeStruct`, then its memory
+  space (a `jax.MemorySpace`, as 0.12 sets under tracing) when it has one.
+  One with a sharding, a layout, a manual axis type or a ref flag has more
+  than the record holds: refused."""
+  extra = [name for name, default in _SDS_DEFAULTS
+           if getattr(value, name, default) is not default
+           and getattr(value, name, default) != default]
+  if extra:
+    raise UnsupportedError(
+        f"the jax.ShapeDtypeStruct {value} sets {', '.join(extra)}, which "
+        "cannot be stored; only its shape, dtype and weak_type can")
+  fields = (tuple(value.shape), value.dtype, bool(value.weak_type))
+  memory_space = getattr(value, "_memory_space", None)
+  if memory_space is None:
+    return fields
+  if type(memory_space) is not compat.MemorySpace:
+    raise UnsupportedError(f"the jax.ShapeDtypeStruct {value} has memory "
+                           f"space {memory_space!r}, which cannot be stored")
+  return fields + (memory_space,)
+
+
+# Fields of a ShapeDtypeStruct the record leaves out, with their defaults
+# (JAX releases without a field report the default).
+_SDS_DEFAULTS = (("sharding", None), ("_dll", None), ("manual_axis_type", None),
+                 ("is_ref", False))
+_SDS_FIELDS = ("shape", "dtype", "weak_type")
+
+
+def decode_shape_dtype_struct(fields):
+  extra = {}
+  if type(fields) is tuple and len(fields) == 4:
+    if type(fields[3]) is not compat.MemorySpace:
+      raise FormatError("jax.ShapeDtypeStruct: the memory space is not a "
+                        "jax.MemorySpace")
+    if "_memory_space" not in getattr(jax.ShapeDtypeStruct, "__slots__", ()):
+      raise FormatError("jax.ShapeDtypeStruct: this JAX's has no memory "
+                        "space; load the file with the JAX that wrote it")
+    extra["_memory_space"] = fields[3]
+    fields = fields[:3]
+  shape, dtype, weak_type = _fields("jax.ShapeDtypeStruct", fields,
+                                    _SDS_FIELDS)
+  if type(shape) is not tuple or not all(
+      (_is_int(d) and d >= 0) or type(d) is symbolic.DimExpr
+      for d in shape):
+    raise FormatError(f"jax.ShapeDtypeStruct: shape {shape!r:.200} is not a "
+                      "tuple of dimensions")
+  if not isinstance(dtype, np.dtype) or type(weak_type) is not bool:
+    raise FormatError("jax.ShapeDtypeStruct: dtype or weak_type has the "
+                      "wrong type")
+  return jax.ShapeDtypeStruct(shape, dtype, weak_type=weak_type, **extra)
+
+
 _CODECS = (
     (compat.PRNGImpl, "jax.random.PRNGImpl", encode_prng_impl,
      decode_prng_impl),
@@ -462,6 +528,9 @@ _CODECS = (
      decode_frozen_dict),
     (compat.ScalarMeta, "jax.numpy.scalar_type", encode_scalar_type,
      decode_scalar_type),
+    (list, "builtins.list", encode_list, decode_list),
+    (jax.ShapeDtypeStruct, "jax.ShapeDtypeStruct", encode_shape_dtype_struct,
+     decode_shape_dtype_struct),
 )
 for _cls, _name, _encode, _decode in _CODECS:
   register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

@@ -47,6 +47,16 @@ Changelog (newest last):
     (`equinox.*`, jaxpr_io/libraries.py) join the vocabulary. A custom
     rule that raises when traced is stored as its error
     (jaxpr_io/custom_rules.py). Readers of version 4 read versions 1 to 3.
+    Later on 2026-11-24, without a schema change: the record types
+    `builtins.list`, `jax.ShapeDtypeStruct` and, for the library table's
+    values, `equinox.Missing`, `equinox.Enumeration`, `lineax.tag`,
+    `library.function` and `functools.partial`
+    (jaxpr_io/library_codecs.py), with which Equinox modules' auxdata is
+    stored; `lineax.linear_solve` with its param codecs; and
+    `custom_vmap_call`'s `rule` and `in_tree` param codecs
+    (jaxpr_io/custom_vmap.py). A reader from
+    before these additions refuses files that use them (unknown record or
+    primitive).
 """
 
 from __future__ import annotations

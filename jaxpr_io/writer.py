@@ -21,6 +21,7 @@ from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io.compat import symbolic
 from jaxpr_io import dtypes
+from jaxpr_io import library_codecs
 from jaxpr_io import params
 from jaxpr_io import pytrees
 from jaxpr_io import registry
@@ -132,6 +133,9 @@ class Writer:
   """Builds one `Program` message and its data section."""
 
   def __init__(self):
+    # Values of the table's libraries (Equinox's sentinels) are records
+    # once the library is imported, as it is where the program holds them.
+    library_codecs.register_imported()
     self.msg = pb.Program()
     self.layout = container.DataLayout()
     self._strings: dict[str, int] = {}

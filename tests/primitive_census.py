@@ -67,7 +67,6 @@ PARAM_GAPS = {
                 "yet",
     "get_barrier_semaphore": "returns a barrier semaphore, whose dtype has "
                              "no encoding yet",
-    "custom_vmap_call": "custom_vmap's rule is a Python callable",
 }
 
 

@@ -115,3 +115,103 @@ def test_equinox_model_round_trips():
   loaded = assert_roundtrip(jaxpr_io.trace(f, params, X))
   assert_same_outcome(lambda p: jax.grad(lambda a, x: p(a, x).sum()),
                       f, loaded, params, X)
+
+
+class Scaled(eqx.Module):
+  """An Equinox module with a static field (in its auxdata, beside
+  Equinox's `Missing` sentinel)."""
+  weight: jax.Array
+  mode: str = eqx.field(static=True)
+  shape: tuple = eqx.field(static=True)
+
+
+def _scaled(module, x):
+  return module.weight * x if module.mode == "mul" else module.weight + x
+
+
+def test_equinox_modules_come_back_as_their_own_type():
+  module = Scaled(X, "mul", (3,))
+  prog = jaxpr_io.trace(_scaled, module, X)
+  data = jaxpr_io.dumps(prog)
+  assert "equinox.Missing" in _strings(data)
+  loaded = assert_roundtrip(prog)
+  assert loaded.in_tree == prog.in_tree
+  assert_bit_identical(loaded(module, X), _scaled(module, X))
+  # Other static data than the program was traced with: refused.
+  with pytest.raises(TypeError, match="static data"):
+    loaded(Scaled(X, "add", (3,)), X)
+
+
+def test_equinox_module_in_a_fresh_process_imports_equinox_from_the_table(
+    tmp_path):
+  layer = eqx.nn.Linear(3, 2, key=jax.random.key(0))
+  path = tmp_path / "linear.jaxpr"
+  jaxpr_io.save(path, jaxpr_io.trace(lambda m, x: m(x), layer, X))
+  script = textwrap.dedent(f"""
+      import sys
+      import jaxpr_io
+      assert "equinox" not in sys.modules
+      prog = jaxpr_io.load({str(path)!r}, check=True)
+      (args, _) = prog.in_tree.children()
+      print(args.children()[0].node_data()[0].__qualname__)
+      print(sys.modules[args.children()[0].node_data()[0].__module__]
+            .__name__)
+  """)
+  out = subprocess.run([sys.executable, "-c", script], check=True,
+                       capture_output=True, text=True, timeout=300)
+  assert out.stdout.split() == ["Linear", "equinox.nn._linear"]
+
+
+def test_lineax_solve_round_trips_with_its_modules():
+  import lineax as lx  # pylint: disable=g-import-not-at-top
+  a = np.array([[4.0, 1.0, 0.0], [1.0, 3.0, 0.5], [0.0, 0.5, 2.0]],
+               np.float32)
+
+  def f(a, b):
+    return lx.linear_solve(lx.MatrixLinearOperator(a), b, lx.LU()).value
+  prog = jaxpr_io.trace(f, a, X)
+  assert "lineax.linear_solve" in _strings(jaxpr_io.dumps(prog))
+  loaded = assert_roundtrip(prog)
+  assert_same_outcome(lambda p: p, f, loaded, a, X)
+  assert_same_outcome(lambda p: jax.grad(lambda a, b: p(a, b).sum()),
+                      f, loaded, a, X)
+  assert_same_outcome(lambda p: jax.vmap(p, in_axes=(None, 0)), f, loaded, a,
+                      np.stack([X, X * 2]))
+
+
+class Config(eqx.Module):
+  """Static fields of the kinds Lineax and Optimistix keep: lists of
+  `ShapeDtypeStruct`s, library functions, partials of them."""
+  weight: jax.Array
+  structs: list = eqx.field(static=True)
+  fn: object = eqx.field(static=True)
+
+
+def _configured(config, x):
+  return config.weight * x + len(config.structs)
+
+
+def test_static_fields_of_library_values_are_stored():
+  import functools  # pylint: disable=g-import-not-at-top
+  structs = [jax.ShapeDtypeStruct((3,), np.float32),
+             jax.ShapeDtypeStruct((2, 1), np.int32, weak_type=True)]
+  config = Config(X, structs, eqx.is_array)
+  prog = jaxpr_io.trace(_configured, config, X)
+  strings = _strings(jaxpr_io.dumps(prog))
+  assert "jax.ShapeDtypeStruct" in strings and "builtins.list" in strings
+  assert "library.function" in strings
+  loaded = assert_roundtrip(prog)
+  assert loaded.in_tree == prog.in_tree  # the same list, structs, function
+  assert_bit_identical(loaded(config, X), _configured(config, X))
+  # A partial of a library function comes back as an equal partial (a new
+  # object: partials compare by identity).
+  config = Config(X, structs, functools.partial(eqx.is_array_like))
+  loaded = assert_roundtrip(jaxpr_io.trace(_configured, config, X))
+  args, _ = loaded.in_tree.children()
+  _, (_, _, fn) = args.children()[0].node_data()
+  assert type(fn) is functools.partial and fn.func is eqx.is_array_like
+  # A function of the user's is not a library function: the module is
+  # stored without its auxdata and loads as a plain container.
+  local = Config(X, structs, lambda v: v)
+  loaded = assert_roundtrip(jaxpr_io.trace(_configured, local, X))
+  assert "Config (its auxdata is not plain data" in loaded.signature()

@@ -27,7 +27,7 @@ from jaxpr_io import compat
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome, ones_like, scalar)
 from tests.zoo import ZOO as ZOO1
-from tests.zoo2 import ZOO2
+from tests.zoo2 import REFUSED, ZOO2
 
 # Both zoos, tested alike: the first (issue 3) and the second, of the parts
 # of JAX the first leaves out (issue 12).
@@ -35,10 +35,21 @@ ZOO = {**ZOO1, **ZOO2}
 assert len(ZOO) == len(ZOO1) + len(ZOO2), "zoo names must be unique"
 
 
+def _refused_here(name: str) -> bool:
+  return name in REFUSED and REFUSED[name][0]
+
+
 @pytest.fixture(scope="module", params=sorted(ZOO))
 def case(request):
   fn, args, kwargs = ZOO[request.param]()
   original = jaxpr_io.trace(fn, *args, **kwargs)
+  if _refused_here(request.param):
+    # What this release cannot store fails at dumps, naming the equation
+    # and saying what to do.
+    with pytest.raises(jaxpr_io.UnsupportedError,
+                       match="equation .*" + REFUSED[request.param][1]):
+      jaxpr_io.dumps(original)
+    pytest.skip(f"{request.param}: refused on this JAX release, as asserted")
   loaded = assert_roundtrip(original)
   return request.param, args, kwargs, original, loaded
 
@@ -114,8 +125,8 @@ FRESH = textwrap.dedent("""
                **{f"out{i}": np.asarray(compat.key_data(o)
                                         if compat.is_key_array(o) else o)
                   for i, o in enumerate(out)})
-    # Equinox may be imported: by jaxpr_io's library table, for programs
-    # with Equinox's primitives (tests/test_libraries.py).
+    # Equinox and Lineax may be imported: by jaxpr_io's library table, for
+    # programs with their primitives and modules (tests/test_libraries.py).
     banned = [m for m in ("flax", "optax", "haiku", "numpyro", "blackjax",
                           "keras", "jax_md", "distrax", "jaxopt")
               if m in sys.modules]
@@ -127,6 +138,8 @@ def test_zoo_in_a_fresh_process(tmp_path):
   import json  # pylint: disable=g-import-not-at-top
   expected = {}
   for name, build in ZOO.items():
+    if _refused_here(name):
+      continue
     fn, args, kwargs = build()
     prog = jaxpr_io.trace(fn, *args, **kwargs)
     jaxpr_io.save(tmp_path / f"{name}.jaxpr", prog)
@@ -145,7 +158,7 @@ def test_zoo_in_a_fresh_process(tmp_path):
     except Exception as e:  # pylint: disable=broad-except
       outs.append(np.array(type(e).__name__))
     expected[name] = outs
-  (tmp_path / "names.json").write_text(json.dumps(sorted(ZOO)))
+  (tmp_path / "names.json").write_text(json.dumps(sorted(expected)))
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
   subprocess.run([sys.executable, "-c", FRESH, str(tmp_path)], check=True,
                  env=env, timeout=600)

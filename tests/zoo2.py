@@ -300,6 +300,129 @@ def equinox_bounded_loop():
 
 
 @_seeded
+def lineax_cholesky_solve():
+  """Lineax: a positive definite solve with `Cholesky`, tagged so. Its
+  `linear_solve` primitive (jaxpr_io's library table) takes Lineax's
+  operator and solver as Equinox modules in a treedef param, with
+  Equinox's `Static` wrapper, `ShapeDtypeStruct`s, a tag and the
+  `RESULTS` enumeration."""
+  import lineax as lx  # pylint: disable=g-import-not-at-top
+  m = _normal(4, 4)
+  a = m @ m.T + 4 * np.eye(4, dtype=np.float32)
+
+  def f(b, a):
+    op = lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag)
+    sol = lx.linear_solve(op, jnp.tanh(b), lx.Cholesky())
+    return sol.value * 2.0, sol.result._value  # pylint: disable=protected-access
+  return f, (_normal(4), a), {}
+
+
+@_seeded
+def optimistix_newton():
+  """Optimistix: a Newton root find. Its linear solves are Lineax's
+  `linear_solve` on a closure-converted Jacobian (library functions and a
+  jaxpr in Equinox modules' static data), inside Equinox's while loop;
+  its derivative is Optimistix's implicit-function JVP rule."""
+  import optimistix as optx  # pylint: disable=g-import-not-at-top
+
+  def f(y0, a):
+    sol = optx.root_find(lambda y, a: jnp.tanh(y) + y * a - 0.3,
+                         optx.Newton(rtol=1e-5, atol=1e-5), y0, args=a,
+                         throw=False)
+    return sol.value
+  return f, (_normal(3) * 0.5, np.float32(0.7)), {}
+
+
+@_seeded
+def optimistix_bfgs():
+  """Optimistix: a BFGS minimisation (its line search, its quasi-Newton
+  state and `linear_solve` in the implicit-function JVP rule)."""
+  import optimistix as optx  # pylint: disable=g-import-not-at-top
+
+  def f(y0, a):
+    sol = optx.minimise(lambda y, a: jnp.sum((y - a) ** 2 + 0.1 * y ** 4),
+                        optx.BFGS(rtol=1e-5, atol=1e-5), y0, args=a,
+                        throw=False)
+    return sol.value
+  return f, (_normal(3), np.float32(0.7)), {}
+
+
+def _diffrax_ode(adjoint):
+  import diffrax as dfx  # pylint: disable=g-import-not-at-top
+  term = dfx.ODETerm(lambda t, y, k: -k * y + jnp.sin(t) * 0.5)
+
+  def f(y0, k):
+    sol = dfx.diffeqsolve(
+        term, dfx.Tsit5(), 0.0, 1.0, 0.1, y0, args=k,
+        stepsize_controller=dfx.PIDController(rtol=1e-4, atol=1e-6),
+        max_steps=64, adjoint=adjoint(), throw=False)
+    return sol.ys[-1]
+  return f, (_normal(3), np.float32(0.7)), {}
+
+
+@_seeded
+def diffrax_ode_adaptive():
+  """Diffrax: an ODE (Tsit5) with an adaptive PID step-size controller,
+  differentiated through the solver's operations (`DirectAdjoint`: Equinox's
+  bounded while loop), `throw=False` (the solver's error checks are Python
+  callbacks otherwise)."""
+  import diffrax as dfx  # pylint: disable=g-import-not-at-top
+  return _diffrax_ode(dfx.DirectAdjoint)
+
+
+@_seeded
+def diffrax_ode_checkpointed():
+  """The same ODE with Diffrax's default adjoint (`RecursiveCheckpointAdjoint`):
+  its checkpointed while loop is an Equinox custom_vjp with symbolic zeros
+  and 11 inputs, whose rules cannot be stored (REFUSED below)."""
+  import diffrax as dfx  # pylint: disable=g-import-not-at-top
+  return _diffrax_ode(dfx.RecursiveCheckpointAdjoint)
+
+
+@_seeded
+def diffrax_sde():
+  """Diffrax: an SDE (Euler-Maruyama on a drift term and a diagonal
+  diffusion driven by a Brownian motion), fixed steps."""
+  import diffrax as dfx  # pylint: disable=g-import-not-at-top
+  import lineax as lx  # pylint: disable=g-import-not-at-top
+  bm = dfx.UnsafeBrownianPath(shape=(3,), key=jax.random.key(3))
+  terms = dfx.MultiTerm(
+      dfx.ODETerm(lambda t, y, k: -k * y),
+      dfx.ControlTerm(lambda t, y, k: lx.DiagonalLinearOperator(
+          0.1 * jnp.cos(y)), bm))
+
+  def f(y0, k):
+    sol = dfx.diffeqsolve(terms, dfx.Euler(), 0.0, 1.0, 0.05, y0, args=k,
+                          max_steps=32, adjoint=dfx.DirectAdjoint(),
+                          throw=False)
+    return sol.ys[-1]
+  return f, (_normal(3), np.float32(0.7)), {}
+
+
+@_seeded
+def custom_vmap_rule():
+  """`jax.custom_batching.custom_vmap`: a function with its own batching
+  rule (which uses the axis size), stored as one jaxpr per pattern of
+  batched inputs, traced with a symbolic axis size."""
+  from jax.custom_batching import custom_vmap  # pylint: disable=g-import-not-at-top
+
+  @custom_vmap
+  def scaled_sin(x, s):
+    return jnp.sin(x) * s
+
+  @scaled_sin.def_vmap
+  def rule(axis_size, in_batched, x, s):
+    x_batched, s_batched = in_batched
+    s = s[:, None] if s_batched else s
+    out = jnp.sin(x) * s + jnp.float32(0.01) * axis_size
+    return out, x_batched or s_batched
+
+  def f(x, s):
+    return jnp.tanh(scaled_sin(x, s)).sum(-1) + s
+  return f, (_normal(5), np.float32(1.5)), {}
+
+
+@_seeded
 def pallas_kernel():
   """A Pallas kernel in interpret mode: a grid of two blocks, BlockSpecs
   with index maps, a VMEM scratch ref and `program_id`."""
@@ -338,4 +461,23 @@ ZOO2 = {
     "jaxopt_lbfgs": jaxopt_lbfgs,
     "equinox_bounded_loop": equinox_bounded_loop,
     "pallas_kernel": pallas_kernel,
+    "lineax_cholesky_solve": lineax_cholesky_solve,
+    "optimistix_newton": optimistix_newton,
+    "optimistix_bfgs": optimistix_bfgs,
+    "diffrax_ode_adaptive": diffrax_ode_adaptive,
+    "diffrax_ode_checkpointed": diffrax_ode_checkpointed,
+    "diffrax_sde": diffrax_sde,
+    "custom_vmap_rule": custom_vmap_rule,
+}
+
+# Programs that `dumps` refuses on some JAX releases, with an
+# UnsupportedError matching the pattern (tests/test_zoo.py asserts it):
+# name -> (whether this release refuses it, the pattern).
+_TRACER_CONSTS = ("closure-converted jaxpr whose constants are tracers.*"
+                  "save this program with JAX 0.10")
+REFUSED = {
+    "optimistix_newton": (jax.__version_info__ >= (0, 12), _TRACER_CONSTS),
+    "diffrax_ode_checkpointed": (
+        True, "custom_vjp function .* uses symbolic_zeros=True and has 11 "
+        "differentiable inputs.*use symbolic_zeros=False"),
 }

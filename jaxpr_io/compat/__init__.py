@@ -423,3 +423,17 @@ def weak_jax_array(x):
 # format's vocabulary and back (jax_0_10.py, jax_0_11.py, jax_0_12.py,
 # chosen by releases.py).
 ADAPTER = releases.adapter_for(JAX_VERSION)
+
+
+def _custom_vmap_tree_registry():
+  """The pytree registry of `custom_vmap_call`'s `in_tree`: JAX 0.12's
+  custom_vmap builds it in the tracing registry (and its JVP rule requires
+  that), earlier releases in the default one (None)."""
+  from jax._src import custom_batching  # pylint: disable=g-import-not-at-top
+  from jax._src import tree_util  # pylint: disable=g-import-not-at-top
+  if "treedef_tuple_tracing_registry" in vars(custom_batching):
+    return tree_util.tracing_registry
+  return None
+
+
+CUSTOM_VMAP_TREE_REGISTRY = _custom_vmap_tree_registry()
