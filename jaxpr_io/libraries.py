@@ -135,9 +135,39 @@ def import_package_of(module_name: str) -> str:
   return ""
 
 
+# The library functions a file may name (in Equinox modules' static data:
+# closure-converted loop bodies, rewritten objective functions, norms), by
+# module and qualname. The program calls them with arguments the file
+# gives, so, as for callbacks and FFI targets, a file picks among the
+# functions this table allows, never any function of a library (e.g.
+# `equinox.tree_serialise_leaves`, which writes files). Add an entry when a
+# library's programs need one; each was read and does no I/O.
+LIBRARY_FUNCTIONS: frozenset[tuple[str, str]] = frozenset({
+    # Equinox's filter predicates (modules hold them as static fields).
+    ("equinox._filters", "is_array"),
+    ("equinox._filters", "is_array_like"),
+    ("equinox._filters", "is_inexact_array"),
+    ("equinox._filters", "is_inexact_array_like"),
+    ("equinox.internal._loop.loop", "while_loop"),
+    ("optimistix._ad", "_for_jac"),
+    ("optimistix._misc", "max_norm"),
+    ("optimistix._misc", "rms_norm"),
+    ("optimistix._misc", "two_norm"),
+    ("optimistix._misc", "_default_no_verbose"),
+    ("optimistix._root_find", "_rewrite_fn"),
+    ("optimistix._minimise", "_rewrite_fn"),
+    ("optimistix._least_squares", "_rewrite_fn"),
+})
+
+
 def find_function(module_name: str, qualname: str):
   """(the module-level function `module_name.qualname`, "") or (None, why
-  not), found as `find_class` finds classes."""
+  not), found as `find_class` finds classes; only the functions of
+  `LIBRARY_FUNCTIONS`."""
+  if (module_name, qualname) not in LIBRARY_FUNCTIONS:
+    return None, (f"{module_name}.{qualname} is not in jaxpr_io's table of "
+                  "library functions a file may name "
+                  "(jaxpr_io.libraries.LIBRARY_FUNCTIONS)")
   module, reason = _find_module(module_name)
   if module is None:
     return None, reason

@@ -141,8 +141,10 @@ def _function_codec():
         or libraries.find_function(module, qualname)[0] is not fn):
       raise UnsupportedError(
           f"the function {module}.{qualname} cannot be stored: only the "
-          "module-level functions of the libraries in jaxpr_io's table "
-          f"({', '.join(libraries.LIBRARY_PACKAGES)}) can")
+          "library functions of jaxpr_io's table "
+          "(jaxpr_io.libraries.LIBRARY_FUNCTIONS) can; a Python function "
+          "of your own in a module's static data makes it a different "
+          "program: pass it as a static leaf or partition it out")
     return (module, qualname)
 
   def decode_function(fields):

@@ -346,6 +346,10 @@ POLICIES: tuple[Policy, ...] = (
            "allowlisted",
            "resolved by name among the functions the loading process "
            "registered with `jaxpr_io.register_callback`", "the same"),
+    Policy("library functions in Equinox, Lineax and Optimistix values "
+           "(loop bodies, objective rewrites, norms)", "allowlisted",
+           "one of `jaxpr_io.libraries.LIBRARY_FUNCTIONS`, by module and "
+           "name; never another function of those packages", "the same"),
     Policy("`debug_print` `fmt`", "validated",
            "fields are names or positions only (no attribute access or "
            "indexing), width <= {max_width}, precision <= {max_precision}, "

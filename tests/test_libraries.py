@@ -215,3 +215,20 @@ def test_static_fields_of_library_values_are_stored():
   local = Config(X, structs, lambda v: v)
   loaded = assert_roundtrip(jaxpr_io.trace(_configured, local, X))
   assert "Config (its auxdata is not plain data" in loaded.signature()
+
+
+def test_a_file_names_only_the_library_functions_of_the_table():
+  # Optimistix's static data holds library functions (its norm, its
+  # rewritten objective); a crafted file naming another function of a table
+  # package (one that writes files) is refused before anything calls it.
+  from tests.zoo2 import ZOO2  # pylint: disable=g-import-not-at-top
+  fn, args, kwargs = ZOO2["optimistix_bfgs"]()
+  data = jaxpr_io.dumps(jaxpr_io.trace(fn, *args, **kwargs))
+  assert libraries.find_function("optimistix._misc", "max_norm")[0]
+  bad = proto_edit.rename_string(
+      proto_edit.rename_string(data, "optimistix._misc", "equinox"),
+      "max_norm", "tree_serialise_leaves")
+  with pytest.raises(jaxpr_io.FormatError,
+                     match="equinox.tree_serialise_leaves is not in .*"
+                     "LIBRARY_FUNCTIONS"):
+    jaxpr_io.loads(bad)

@@ -90,7 +90,10 @@ _FRESH = textwrap.dedent("""
     (model, x), _ = jax.tree_util.tree_unflatten(prog.in_tree, leaves)
     grads = jax.grad(prog)(model, x)
     per_batch = jax.vmap(lambda xb: prog(model, xb))(xs)
-    assert "equinox" not in sys.modules, "the model's library was imported"
+    # The model code is not imported; Equinox is, from jaxpr_io's library
+    # table, so the module comes back as itself.
+    assert not any(m.startswith("tests") for m in sys.modules), "model code"
+    assert type(model).__module__ == "equinox.nn._mlp", type(model)
     out = {f"g{i}": g for i, g in enumerate(jax.tree_util.tree_leaves(grads))}
     np.savez(sys.argv[4], vmap=np.asarray(per_batch), **out)
 """)
