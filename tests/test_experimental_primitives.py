@@ -39,6 +39,19 @@ def _primitives(prog) -> set[str]:
       prog.closed_jaxpr.jaxpr) for e in j.eqns}
 
 
+def _round_trips_like(f, primitive: str, x=X):
+  """Traces `f` (which uses `primitive`), checks the round trip, and
+  compares the loaded program with `f`: call, grad and vmap."""
+  prog = jaxpr_io.trace(f, x)
+  assert primitive in _primitives(prog)
+  loaded = assert_roundtrip(prog)
+  assert_bit_identical(loaded(x), f(x))
+  assert_same_outcome(jax.grad, lambda v: f(v).sum(),
+                      lambda v: loaded(v).sum(), x)
+  assert_same_outcome(jax.vmap, f, loaded, jnp.stack([x, x * 2]))
+  return loaded
+
+
 # ------------------------------------------------------------- key reuse
 def _consumes(key):
   key = key_reuse.consume(key)
@@ -137,14 +150,7 @@ def _on_host(compiler_options=None):
 
 
 def test_compute_on_round_trips():
-  f = _on_host()
-  prog = jaxpr_io.trace(f, X)
-  assert "compute_on" in _primitives(prog)
-  loaded = assert_roundtrip(prog)
-  assert_bit_identical(loaded(X), f(X))
-  assert_same_outcome(jax.grad, lambda x: f(x).sum(),
-                      lambda x: loaded(x).sum(), X)
-  assert_same_outcome(jax.vmap, f, loaded, jnp.stack([X, X * 2]))
+  loaded = _round_trips_like(_on_host(), "compute_on")
   text = jax.jit(loaded).lower(X).as_text()
   assert '_xla_compute_type = "host"' in text
 
@@ -236,13 +242,7 @@ def _grouped(x):
 
 
 def test_scheduling_group_round_trips_with_its_metadata():
-  prog = jaxpr_io.trace(_grouped, X)
-  assert "xla_metadata_call" in _primitives(prog)
-  loaded = assert_roundtrip(prog)
-  assert_bit_identical(loaded(X), _grouped(X))
-  assert_same_outcome(jax.grad, lambda x: _grouped(x).sum(),
-                      lambda x: loaded(x).sum(), X)
-  assert_same_outcome(jax.vmap, _grouped, loaded, jnp.stack([X, X * 2]))
+  loaded = _round_trips_like(_grouped, "xla_metadata_call")
   assert_same_outcome(lambda f: lambda x: jax.jvp(f, (x,), (x,)),
                       _grouped, loaded, X)
   # The group reaches XLA as it does from the original (the module is named
