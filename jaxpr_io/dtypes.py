@@ -41,12 +41,24 @@ DTYPE_TO_ENUM.update({
 DTYPE_TO_ENUM[np.dtype(jax_dtypes.float0)] = pb.DType["FLOAT0"]
 ENUM_TO_DTYPE: dict[int, np.dtype] = {v: k for k, v in DTYPE_TO_ENUM.items()}
 PRNG_KEY = pb.DType["PRNG_KEY"]
+EXTENDED = pb.DType["EXTENDED"]
 
 _ENUM_NAMES = {v: k for k, v in pb.DType.items()}
 
 
-def encode_dtype(dtype, ref, strings) -> None:
-  """Fills the `TypeRef` `ref` for `dtype`; `strings` interns key impl names."""
+def encode_dtype(dtype, ref, strings, encode_value=None) -> None:
+  """Fills the `TypeRef` `ref` for `dtype`; `strings` interns key impl names
+  and `encode_value(value, value_msg)` stores an extended dtype (a record)."""
+  if is_extended(dtype):
+    if encode_value is None:
+      raise UnsupportedError(f"the extended dtype {dtype!r} can only be an "
+                             "aval's element type")
+    ref.dtype = EXTENDED
+    encode_value(dtype, ref.extended)
+    if ref.extended.WhichOneof("kind") != "record":
+      raise UnsupportedError(f"the extended dtype {dtype!r} is not stored "
+                             "as a record")
+    return
   if compat.is_prng_key_dtype(dtype):
     impl = compat.key_impl_of(dtype)
     if compat.prng_impls.get(impl.name) is not impl:
@@ -64,8 +76,22 @@ def encode_dtype(dtype, ref, strings) -> None:
         f"dtype {dtype!r} has no jaxpr_io encoding") from None
 
 
-def decode_dtype(ref, string) -> np.dtype:
-  """The dtype of a `TypeRef`; `string(i)` reads the string table."""
+def decode_dtype(ref, string, decode_value=None) -> np.dtype:
+  """The dtype of a `TypeRef`; `string(i)` reads the string table and
+  `decode_value(value_msg)` an extended dtype's record."""
+  if ref.HasField("extended") and ref.dtype != EXTENDED:
+    raise FormatError("a dtype that is not EXTENDED holds an extended type")
+  if ref.dtype == EXTENDED:
+    if not ref.HasField("extended") or decode_value is None:
+      raise FormatError("an EXTENDED dtype without its type, or where an "
+                        "extended dtype cannot be")
+    if ref.extended.WhichOneof("kind") != "record":
+      raise FormatError("an extended dtype is not a record")
+    dtype = decode_value(ref.extended)
+    if not is_extended(dtype):
+      raise FormatError(f"the record {type(dtype).__qualname__} is not an "
+                        "extended dtype")
+    return dtype
   if ref.dtype == PRNG_KEY:
     name = string(ref.key_impl)
     impl = compat.prng_impls.get(name)
@@ -81,6 +107,13 @@ def decode_dtype(ref, string) -> np.dtype:
     raise FormatError(
         f"dtype {name} is not available in this process (needs a newer "
         "ml_dtypes or jaxpr_io)") from None
+
+
+def is_extended(dtype) -> bool:
+  """Whether `dtype` is an extended dtype stored as a record (format version
+  5): a `jax.dtypes.ExtendedDType` other than a PRNG key's."""
+  return (isinstance(dtype, compat.ExtendedDType)
+          and not compat.is_prng_key_dtype(dtype))
 
 
 def itemsize(dtype) -> int:

@@ -115,6 +115,18 @@ def _record_by_field_name(cls, name: str, must_be_none=()):
   registry.register_param_codec(cls, name=name, encode=encode, decode=decode)
 
 
+def _singleton_record(cls, name: str) -> None:
+  """Registers `cls`, whose instances take no arguments and are all equal,
+  as a record of no fields."""
+  def decode(fields):
+    if fields:
+      raise FormatError(f"{name} has no fields, but the file gives "
+                        f"{len(fields)}")
+    return cls()
+  registry.register_param_codec(cls, name=name, encode=lambda v: (),
+                                decode=decode)
+
+
 def _register() -> None:
   if _pallas is None:
     return
@@ -130,6 +142,14 @@ def _register() -> None:
   acc = vars(_pallas.get("tpu", core)).get("AccMemorySpace")
   if acc is not None:
     _record_by_field_name(acc, "jax.pallas.tpu.AccMemorySpace")
+  # Semaphore element types (extended dtypes, format version 5): field-less
+  # classes whose instances are all equal.
+  for short, attr in (("core", "Semaphore"), ("core", "BarrierSemaphore"),
+                      ("tpu", "DMASemaphore")):
+    cls = vars(_pallas.get(short, object)).get(attr)
+    if cls is not None:
+      _singleton_record(cls, f"jax.pallas.{short}.{attr}" if short != "core"
+                        else f"jax.pallas.{attr}")
   # Triton's atomic operations name their kind with an enum of their own.
   try:
     from jax._src.pallas.triton import primitives as triton_primitives  # pylint: disable=g-import-not-at-top

@@ -130,12 +130,43 @@ def _decode_items(r, msg_tuple, depth):
 
 
 def encode_tuple(w, v, out, depth):
+  # Tuples of only ints or only bools (shapes, axes, donated_invars) are one
+  # packed field (version 5): equal values, equal bytes, and fast to read.
+  if v:
+    kinds = set(map(type, v))
+    if kinds == {int} and _INT64_MIN <= min(v) and max(v) <= _INT64_MAX:
+      out.ints.items.extend(v)
+      return
+    if kinds == {bool}:
+      out.bools.items.extend(v)
+      return
   out.tuple.SetInParent()
   _encode_items(w, v, out.tuple, depth)
 
 
 def decode_tuple(r, msg, depth):
   return tuple(_decode_items(r, msg.tuple, depth))
+
+
+def decode_ints(r, msg, depth):
+  del depth
+  _packed_tuple_since_5(r, msg.ints.items, "ints")
+  return tuple(msg.ints.items)
+
+
+def decode_bools(r, msg, depth):
+  del depth
+  _packed_tuple_since_5(r, msg.bools.items, "bools")
+  return tuple(msg.bools.items)
+
+
+def _packed_tuple_since_5(r, items, kind: str) -> None:
+  if r.format_version < 5:
+    raise FormatError(f"a {kind!r} value in a version {r.format_version} "
+                      "file (added in version 5)")
+  if not items:
+    raise FormatError(f"an empty {kind!r} value (an empty tuple is stored "
+                      "as `tuple`)")
 
 
 def canonical_key(v):
@@ -163,13 +194,14 @@ def decode_frozenset(r, msg, depth):
 
 
 def encode_dtype(w, v, out, depth):
-  del depth
-  dtypes.encode_dtype(v, out.dtype, w.string)
+  dtypes.encode_dtype(v, out.dtype, w.string,
+                      lambda value, field: encode_value(w, value, field,
+                                                        depth + 1))
 
 
 def decode_dtype(r, msg, depth):
-  del depth
-  return dtypes.decode_dtype(msg.dtype, r.string)
+  return dtypes.decode_dtype(
+      msg.dtype, r.string, lambda value: decode_value(r, value, depth + 1))
 
 
 _BUILTIN_TYPES = {t.__name__: t for t in (bool, int, float, complex)}
@@ -372,6 +404,8 @@ DECODERS: dict[str, Callable[[Any, Any, int], Any]] = {
     "complex": decode_complex,
     "str": decode_str,
     "tuple": decode_tuple,
+    "ints": decode_ints,
+    "bools": decode_bools,
     "frozenset": decode_frozenset,
     "dtype": decode_dtype,
     "type": decode_type,

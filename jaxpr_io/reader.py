@@ -108,6 +108,7 @@ class Reader:
   def __init__(self, msg, blobs: container.Container, *, verify_blobs: bool,
                trusted: bool = False):
     self.msg = msg
+    self.format_version = msg.format_version
     self.screen = trust.Screen(trusted)
     self.container = blobs
     self.source = blobs.source
@@ -247,22 +248,24 @@ class Reader:
     if kind != "shaped_array":
       raise FormatError(f"aval of unknown kind {kind!r}")
     sa = m.shaped_array
-    if len(sa.shape) > _MAX_RANK:
-      raise FormatError(f"aval of rank {len(sa.shape)} is over {_MAX_RANK}")
-    shape = []
-    for d in sa.shape:
-      kind = d.WhichOneof("kind")
-      if kind == "expr":
-        shape.append(self.dim(self.string(d.expr)))
-      elif kind == "size" and 0 <= d.size <= _MAX_DIM:
-        shape.append(d.size)
-      else:
-        value = d.size if kind == "size" else "(unset)"
-        raise FormatError(f"aval dimension {value} is not a valid size "
-                          f"(0 to 2**62)")
-    dtype = dtypes.decode_dtype(sa.dtype, self.string)
+    if sa.sizes:
+      # Version 5: every dimension known, one packed field.
+      if self.format_version < 5 or sa.shape:
+        raise FormatError("an aval has `sizes`, which a file before version "
+                          "5 or with a symbolic `shape` MUST NOT have")
+      if len(sa.sizes) > _MAX_RANK:
+        raise FormatError(f"aval of rank {len(sa.sizes)} is over {_MAX_RANK}")
+      shape = list(sa.sizes)
+      if not 0 <= min(shape) <= max(shape) <= _MAX_DIM:
+        bad = min(shape) if min(shape) < 0 else max(shape)
+        raise FormatError(f"aval dimension {bad} is not a valid size (0 to "
+                          "2**62)")
+    else:
+      shape = self._dims_of(sa.shape)
+    dtype = dtypes.decode_dtype(
+        sa.dtype, self.string, lambda value: params.decode_value(self, value))
     # XLA computes byte sizes in int64 and aborts on overflow.
-    size = max(dtype.itemsize, 1)
+    size = max(getattr(dtype, "itemsize", 0), 1)  # extended: none
     for d in shape:
       if type(d) is int:
         size *= d
@@ -282,6 +285,23 @@ class Reader:
       return compat.ShapedArray(tuple(shape), dtype, sa.weak_type, **kwargs)
     except (TypeError, ValueError, AssertionError) as e:
       raise FormatError(f"aval cannot be rebuilt: {e}") from None
+
+  def _dims_of(self, dims) -> list:
+    """The dimensions of repeated `Dim` messages."""
+    if len(dims) > _MAX_RANK:
+      raise FormatError(f"aval of rank {len(dims)} is over {_MAX_RANK}")
+    shape = []
+    for d in dims:
+      kind = d.WhichOneof("kind")
+      if kind == "expr":
+        shape.append(self.dim(self.string(d.expr)))
+      elif kind == "size" and 0 <= d.size <= _MAX_DIM:
+        shape.append(d.size)
+      else:
+        value = d.size if kind == "size" else "(unset)"
+        raise FormatError(f"aval dimension {value} is not a valid size "
+                          f"(0 to 2**62)")
+    return shape
 
   def _decode_ref(self, m):
     if self.msg.format_version < 4:

@@ -57,13 +57,21 @@ Changelog (newest last):
     (jaxpr_io/custom_vmap.py). A reader from
     before these additions refuses files that use them (unknown record or
     primitive).
+  * 2026-11-24, version 5: faster to read, and extended element types.
+    `Value.ints` and `Value.bools` hold a tuple of ints or of bools as one
+    packed field, and `ShapedArray.sizes` a shape of known sizes; writers
+    MUST use them (so equal values keep equal bytes), readers still accept
+    the forms of versions 1-4. The new dtype `EXTENDED` with
+    `TypeRef.extended` stores an extended element type (Pallas semaphores,
+    Mosaic GPU barriers) as a record of a type the reader registers.
+    Readers of version 5 read versions 1 to 4.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 OLDEST_READABLE_FORMAT_VERSION = 1
 
 # SHA-256 of the compiled schema descriptor (jaxpr_io/_proto/jaxpr.desc) that
@@ -74,4 +82,5 @@ SCHEMA_FINGERPRINTS = {
     2: "f8f320cf553012591dbf8578f245c472cc44539786e2bdc4e5e5c57666bb4742",
     3: "e317033409d5ad8d21e0a2f6531fa503bee957b78f4e33a2934f8be6bde68530",
     4: "2e5d2d81683ce64e02a2646868570b78d1291decf2cc4fc00c48fc6a2dae2ee1",
+    5: "81cc109773a083b139f9d68dc720784b724db2732c2fb8ed6ebf5871d02eb7b6",
 }

@@ -276,12 +276,17 @@ class Writer:
           f"abstract value {aval} of type {t.__name__} cannot be stored "
           "(ShapedArray, AbstractRef and AbstractToken can)")
     sa = out.shaped_array
-    for d in aval.shape:
-      if type(d) is int:
-        sa.shape.add().size = d
-      else:
-        sa.shape.add().expr = self.dim_expr(d)
-    dtypes.encode_dtype(aval.dtype, sa.dtype, self.string)
+    if all(type(d) is int for d in aval.shape):
+      sa.sizes.extend(aval.shape)
+    else:
+      for d in aval.shape:
+        if type(d) is int:
+          sa.shape.add().size = d
+        else:
+          sa.shape.add().expr = self.dim_expr(d)
+    dtypes.encode_dtype(aval.dtype, sa.dtype, self.string,
+                        lambda value, field: params.encode_value(self, value,
+                                                                 field))
     sa.weak_type = aval.weak_type
     if aval.sharding != self._default_sharding(len(aval.shape)):
       params.encode_value(self, aval.sharding, sa.sharding)

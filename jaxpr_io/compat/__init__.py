@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import jaxlib
 from jax._src import core
+from jax._src import dtypes as jax_dtypes
 from jax._src import effects as jax_effects
 from jax._src import literals
 from jax._src import mesh as mesh_lib
@@ -118,6 +119,10 @@ prng_impls: dict[str, Any] = prng.prngs   # name -> PRNGImpl, JAX's registry
 
 def is_prng_key_dtype(dtype) -> bool:
   return isinstance(dtype, prng.KeyTy)
+
+
+# Extended dtypes (PRNG keys, Pallas semaphores, Mosaic GPU barriers).
+ExtendedDType = jax_dtypes.ExtendedDType
 
 
 def prng_key_dtype(impl) -> Any:
