@@ -150,6 +150,11 @@ def _register() -> None:
     if cls is not None:
       _singleton_record(cls, f"jax.pallas.{short}.{attr}" if short != "core"
                         else f"jax.pallas.{attr}")
+  # How remote DMAs and semaphore signals name a device.
+  from jax._src.pallas import primitives as pallas_primitives  # pylint: disable=g-import-not-at-top
+  device_id_type = getattr(pallas_primitives, "DeviceIdType", None)
+  if device_id_type is not None:
+    registry.register_enum(device_id_type, name="jax.pallas.DeviceIdType")
   # Triton's atomic operations name their kind with an enum of their own.
   try:
     from jax._src.pallas.triton import primitives as triton_primitives  # pylint: disable=g-import-not-at-top
