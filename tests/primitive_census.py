@@ -60,14 +60,7 @@ KNOWN_GAPS = {
 
 # Primitives jaxpr_io's table knows by name on some releases, whose params
 # it cannot store yet: gaps, not storable.
-PARAM_GAPS = {
-    "dma_start": "Mosaic TPU DMA: its semaphore refs' dtypes (DMA and "
-                 "barrier semaphores) have no encoding yet",
-    "dma_wait": "Mosaic TPU DMA: its semaphore refs' dtypes have no encoding "
-                "yet",
-    "get_barrier_semaphore": "returns a barrier semaphore, whose dtype has "
-                             "no encoding yet",
-}
+PARAM_GAPS: dict[str, str] = {}
 
 
 def census() -> dict[str, tuple[object, str]]:

@@ -9,8 +9,10 @@ Covered: `roll`, `bitcast`, `prng_seed`, `prng_random_bits`,
 `matmul_push_rhs`, `prng_join`, `prng_split`, and `matmul_acc_lhs` /
 `matmul_pop` in each release's form (JAX 0.10 addresses the accumulator,
 0.11+ takes an accumulator ref, `pltpu.ACC`, with `matmul_lhs_fifo`,
-`matmul_pop_fifo`, `conv` and, from 0.12, `has_memory_space`). The DMA and semaphore
-primitives are census gaps (tests/primitive_census.py)."""
+`matmul_pop_fifo`, `conv` and, from 0.12, `has_memory_space`), and the DMA
+and semaphore primitives (`dma_start`, `dma_wait`, local and remote,
+`get_barrier_semaphore`, `semaphore_signal`/`wait`/`read`) with semaphore
+refs, whose element types are extended dtypes (format version 5)."""
 
 from __future__ import annotations
 
@@ -40,9 +42,18 @@ def _tpu_mesh(kind: str):
   return jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
 
 
+def _tpu_mesh2(kind: str):
+  """Two TPU devices along "x", for kernels that talk to their neighbour."""
+  device = jax.sharding.AbstractDevice(device_kind=kind, num_cores=1,
+                                       platform="tpu")
+  return jax.sharding.AbstractMesh(
+      (2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
+      abstract_device=device)
+
+
 def _kernel_primitives(prog) -> set[str]:
-  (call,) = [e for e in prog.closed_jaxpr.jaxpr.eqns
-             if e.primitive.name == "pallas_call"]
+  (call,) = [e for j in validate.walk_jaxprs(prog.closed_jaxpr.jaxpr)
+             for e in j.eqns if e.primitive.name == "pallas_call"]
   return {e.primitive.name
           for j in validate.walk_jaxprs(call.params["jaxpr"]) for e in j.eqns}
 
@@ -186,3 +197,52 @@ def test_the_other_releases_accumulator_form_is_refused():
     assert rule({ours: ()}, where) == {ours: ()}
     with pytest.raises(jaxpr_io.FormatError, match=f"{name} param '{theirs}'"):
       rule({theirs: ()}, where)
+
+
+def _dma_kernel(x_hbm, o_ref, buf, dma_sem, sem):
+  # A local DMA, a remote one to the next device along "x", and a regular
+  # semaphore signalled and waited on: semaphore refs are extended element
+  # types (format version 5).
+  local = pltpu.make_async_copy(x_hbm, buf, dma_sem)
+  local.start()
+  local.wait()
+  remote = pltpu.make_async_remote_copy(
+      buf, o_ref, dma_sem, dma_sem,
+      device_id=(jax.lax.axis_index("x") + 1) % 2,
+      device_id_type=pl.DeviceIdType.MESH)
+  remote.start()
+  remote.wait()
+  barrier = pltpu.get_barrier_semaphore()
+  pl.semaphore_signal(barrier, 1)
+  pl.semaphore_wait(barrier, 1)
+  pl.semaphore_signal(sem, 2)
+  pl.semaphore_wait(sem, 2)
+  o_ref[...] = buf[...] + pl.semaphore_read(sem).astype(jnp.float32)
+
+
+def _dma_call(x):
+  return pl.pallas_call(
+      _dma_kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+      in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+      out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+      scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32),
+                      pltpu.SemaphoreType.DMA(()),
+                      pltpu.SemaphoreType.REGULAR(())],
+      compiler_params=pltpu.CompilerParams(collective_id=0))(x)
+
+
+def test_dma_and_semaphores():
+  mesh = _tpu_mesh2("TPU v5p")
+  f = jax.shard_map(_dma_call, mesh=mesh, in_specs=jax.P("x"),
+                    out_specs=jax.P("x"), check_vma=False)
+  x = np.concatenate([X, X + 1.0])
+  loaded = _round_trip_and_lower(
+      f, (x,), mesh,
+      {"dma_start", "dma_wait", "get_barrier_semaphore", "semaphore_signal",
+       "semaphore_wait", "semaphore_read"})
+  # The semaphore scratch refs come back with their extended element types.
+  kernel = next(e for j in validate.walk_jaxprs(loaded.closed_jaxpr.jaxpr)
+                for e in j.eqns if e.primitive.name == "pallas_call")
+  dtypes = [v.aval.inner_aval.dtype for v in kernel.params["jaxpr"].invars]
+  assert [str(d) for d in dtypes[-2:]] == ["dma_sem", "semaphore"]
+  assert type(dtypes[-2]).__name__ == "DMASemaphore"

@@ -119,6 +119,8 @@ class _Summarizer:
 
   def dtype(self, t):
     name = _DTYPES[t.dtype]
+    if name == "extended":
+      return self.s(t.extended.record.type)
     return f"key<{self.s(t.key_impl)}>" if name == "prng_key" else name
 
   def aval(self, i):
@@ -127,8 +129,9 @@ class _Summarizer:
     if kind == "shaped_array":
       a = m.shaped_array
       return {"dtype": self.dtype(a.dtype), "weak": a.weak_type,
-              "shape": [self.s(d.expr) if d.WhichOneof("kind") == "expr"
-                        else d.size for d in a.shape]}
+              "shape": list(a.sizes) or [
+                  self.s(d.expr) if d.WhichOneof("kind") == "expr" else d.size
+                  for d in a.shape]}
     if kind == "ref":
       return {"ref": self.aval(m.ref.inner_aval)}
     return {"token": True}
@@ -164,6 +167,8 @@ class _Summarizer:
       return self.s(v)
     if kind == "tuple":
       return [self.value(x) for x in v.items]
+    if kind in ("ints", "bools"):
+      return [number(x) if kind == "ints" else x for x in v.items]
     if kind == "dtype":
       return {"dtype": self.dtype(v)}
     if kind == "enum":

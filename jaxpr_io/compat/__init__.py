@@ -391,7 +391,10 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.pallas.tpu.mxu",
                       "jax._src.pallas.mosaic.primitives:mxu_effect"),
                      ("jax.pallas.triton.barrier",
-                      "jax._src.pallas.triton.primitives:barrier_effect")):
+                      "jax._src.pallas.triton.primitives:barrier_effect"),
+                     # Pallas semaphore signals and waits.
+                     ("jax.pallas.semaphore",
+                      "jax._src.pallas.primitives:sem_effect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)

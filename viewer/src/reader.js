@@ -346,6 +346,10 @@ class Program {
     const name = DTYPE_NAME[t.dtype];
     if (!name || t.dtype === 0) throw new FormatError(`unknown dtype number ${t.dtype}`);
     if (name === 'prng_key') return `key<${this.string(t.key_impl)}>`;
+    if (name === 'extended') {  // version 5: a record naming the type
+      if (!t.extended || t.extended.$kind !== 'record') throw new FormatError('an EXTENDED dtype without its record');
+      return this.string(t.extended.record.type);
+    }
     return name;
   }
 
@@ -357,8 +361,10 @@ class Program {
     if (m.$kind === 'shaped_array') {
       const s = m.shaped_array;
       if (!s.dtype) throw new FormatError(`aval ${i} has no dtype`);
+      if (s.sizes.length && s.shape.length) throw new FormatError(`aval ${i} has both sizes and shape`);
       a = {kind: 'array', dtype: this.dtype(s.dtype), weak: s.weak_type,
-           shape: s.shape.map(d => d.$kind === 'expr' ? this.string(d.expr) : d.size)};
+           shape: s.sizes.length ? s.sizes.slice()  // version 5: known sizes, packed
+                  : s.shape.map(d => d.$kind === 'expr' ? this.string(d.expr) : d.size)};
       if (s.memory_space > 1) a.memory = s.memory_space === 2 ? 'host' : 'any';
       if (s.sharding) a.sharding = this.value(s.sharding);
     } else if (m.$kind === 'token') {
@@ -421,6 +427,8 @@ class Program {
       case 'float': return m.float;
       case 'str': return this.string(m.str);
       case 'tuple': return m.tuple.items.map(v => this.value(v));
+      case 'ints': return m.ints.items.slice();  // version 5: packed tuples
+      case 'bools': return m.bools.items.slice();
       case 'dtype': return {dtype: this.dtype(m.dtype)};
       case 'enum': return {enum: this.string(m.enum.type), member: this.string(m.enum.member)};
       case 'record': return {record: this.string(m.record.type), fields: m.record.fields.map(v => this.value(v))};

@@ -8,6 +8,7 @@ const JAXPR_SCHEMA = {
    "COMPLEX128": 15,
    "COMPLEX64": 14,
    "DTYPE_UNSPECIFIED": 0,
+   "EXTENDED": 35,
    "FLOAT0": 33,
    "FLOAT16": 10,
    "FLOAT32": 12,
@@ -70,7 +71,7 @@ const JAXPR_SCHEMA = {
    "TUPLE": 3
   }
  },
- "format_version": 4,
+ "format_version": 5,
  "messages": {
   "AbstractRef": {
    "1": [
@@ -175,6 +176,15 @@ const JAXPR_SCHEMA = {
     "crc32",
     "fixed32",
     false,
+    null,
+    null
+   ]
+  },
+  "BoolTuple": {
+   "1": [
+    "items",
+    "bool",
+    true,
     null,
     null
    ]
@@ -507,6 +517,15 @@ const JAXPR_SCHEMA = {
     "message",
     true,
     "EquationEffects",
+    null
+   ]
+  },
+  "IntTuple": {
+   "1": [
+    "items",
+    "sint64",
+    true,
+    null,
     null
    ]
   },
@@ -975,6 +994,13 @@ const JAXPR_SCHEMA = {
     false,
     "MemorySpace",
     null
+   ],
+   "7": [
+    "sizes",
+    "int64",
+    true,
+    null,
+    null
    ]
   },
   "Tuple": {
@@ -1015,6 +1041,13 @@ const JAXPR_SCHEMA = {
     "uint32",
     false,
     null,
+    null
+   ],
+   "3": [
+    "extended",
+    "message",
+    false,
+    "Value",
     null
    ]
   },
@@ -1115,6 +1148,20 @@ const JAXPR_SCHEMA = {
     "uint32",
     false,
     null,
+    "kind"
+   ],
+   "24": [
+    "ints",
+    "message",
+    false,
+    "IntTuple",
+    "kind"
+   ],
+   "25": [
+    "bools",
+    "message",
+    false,
+    "BoolTuple",
     "kind"
    ],
    "3": [
