@@ -228,15 +228,15 @@ def decode(decoder, cols: Columns) -> list:
   # Each kind once, in the order equations first use them (so that an
   # error names the first equation it concerns).
   kinds = r.kinds
-  i = k = None
-  used, first, counts = np.unique(kind_ids, return_index=True,
-                                  return_counts=True)
+  kind_list = kind_ids.tolist()
+  used = list(dict.fromkeys(kind_list))  # first uses, in order
+  k = None
   try:
-    for i, k in sorted(zip(first.tolist(), used.tolist())):
+    for k in used:
       if kinds[k] is None:
         resolve_kind(r, k)
   except validate.DECODE_ERRORS as error:
-    raise FormatError(f"equation {i} ({_name(r, k)}): "
+    raise FormatError(f"equation {kind_list.index(k)} ({_name(r, k)}): "
                       f"{validate.describe_error(error)}") from None
   if cols.effects and max(cols.effects) >= n:
     raise FormatError(f"effects of equation {max(cols.effects)}, but the "
@@ -250,7 +250,7 @@ def decode(decoder, cols: Columns) -> list:
   eqns = [new_eqn(ins[a:b], new_vars[c:d], kind[0], kind[1], no_effects,
                   source_info, ctx)
           for kind, a, b, c, d, source_info, ctx in zip(
-              map(kinds.__getitem__, kind_ids.tolist()),
+              map(kinds.__getitem__, kind_list),
               in_bounds, in_bounds[1:], out_bounds, out_bounds[1:],
               map(r.source_infos.__getitem__, cols.name_stacks.tolist()),
               map(r.contexts.__getitem__, cols.contexts.tolist()))]
@@ -267,8 +267,9 @@ def decode(decoder, cols: Columns) -> list:
 
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.
-  for k, count in zip(used.tolist(), counts.tolist()):
-    kind = kinds[k]
+  counts = np.bincount(kind_ids).tolist()
+  for k in used:
+    kind, count = kinds[k], counts[k]
     decoder.refs += kind.refs
     decoder.size += kind.weight * count
     for primitive, param in kind.drops:

@@ -150,14 +150,16 @@ def decode_tuple(r, msg, depth):
 
 def decode_ints(r, msg, depth):
   del depth
-  _packed_tuple_since_5(r, msg.ints.items, "ints")
-  return tuple(msg.ints.items)
+  items = msg.ints.items
+  _packed_tuple_since_5(r, items, "ints")
+  return tuple(items)
 
 
 def decode_bools(r, msg, depth):
   del depth
-  _packed_tuple_since_5(r, msg.bools.items, "bools")
-  return tuple(msg.bools.items)
+  items = msg.bools.items
+  _packed_tuple_since_5(r, items, "bools")
+  return tuple(items)
 
 
 def _packed_tuple_since_5(r, items, kind: str) -> None:

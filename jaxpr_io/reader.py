@@ -105,6 +105,11 @@ def parse_program(data: bytes, source: str):
 class Reader:
   """Rebuilds the objects of one `Program` message."""
 
+  # True while a pytree node's auxdata is read: records of libraries that
+  # are not installed become placeholders (params.decode_record). A class
+  # attribute, so that the hot `params.decode_value` finds it at once.
+  unloaded_records_ok = False
+
   def __init__(self, msg, blobs: container.Container, *, verify_blobs: bool,
                trusted: bool = False):
     self.msg = msg

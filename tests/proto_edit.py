@@ -80,3 +80,16 @@ def rename_string(data: bytes, old: str, new: str) -> bytes:
   msg = message(data)
   msg.strings[list(msg.strings).index(old)] = new
   return reframe(msg, data)
+
+
+def dims(aval_msg):
+  """The `Dim`s of an `Aval` message holding a shaped array, for editing:
+  a shape stored packed (`sizes`, format version 5) is moved to `Dim`s
+  first, the form that version 5 readers still accept."""
+  sa = aval_msg.shaped_array
+  if sa.sizes:
+    sizes = list(sa.sizes)
+    del sa.sizes[:]
+    for d in sizes:
+      sa.shape.add().size = d
+  return sa.shape

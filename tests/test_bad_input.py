@@ -533,9 +533,9 @@ def _point_const_at_new_aval(m, dims):
   const = m.arrays[m.closed_jaxprs[m.root].consts[0]]
   aval = m.avals.add()
   aval.CopyFrom(m.avals[const.aval])
-  del aval.shaped_array.shape[:]
+  del proto_edit.dims(aval)[:]
   for d in dims:
-    aval.shaped_array.shape.add().size = d
+    proto_edit.dims(aval).add().size = d
   const.aval = len(m.avals) - 1
 
 
@@ -548,7 +548,7 @@ def test_declared_shape_does_not_match_data():
 def test_declared_shape_does_not_match_blob():
   def mutate(m):
     const = next(a for a in m.arrays if a.WhichOneof("data") == "blob")
-    m.avals[const.aval].shaped_array.shape[0].size = 33
+    proto_edit.dims(m.avals[const.aval])[0].size = 33
   assert_rejected(mutated(control_flow(), mutate),
                   r"needs 132 bytes but has 128")
 
@@ -629,7 +629,7 @@ def test_huge_declared_shape_of_an_input_loads_lazily():
     root = root_jaxpr(m)
     aval = m.avals.add()
     aval.CopyFrom(m.avals[root.invars[0]])
-    for d in aval.shaped_array.shape:
+    for d in proto_edit.dims(aval):
       d.size = 2**40
     root.invars[0] = len(m.avals) - 1
   data = mutated(small(), mutate)
@@ -643,7 +643,7 @@ def test_huge_declared_shape_of_an_input_loads_lazily():
 @pytest.mark.parametrize("dim", [-1, -(2**63), 2**62 + 1, 2**63 - 1])
 def test_invalid_dimension(dim):
   def mutate(m):
-    m.avals[0].shaped_array.shape.add().size = dim
+    proto_edit.dims(m.avals[0]).add().size = dim
   assert_rejected(mutated(small(), mutate),
                   rf"aval dimension\W.*{dim}\s*is not a valid size")
 
@@ -656,7 +656,7 @@ def _symbolic_input(text: str, constraints=()):
     root = root_jaxpr(m)
     aval = m.avals.add()
     aval.CopyFrom(m.avals[root.invars[0]])
-    aval.shaped_array.shape[0].expr = len(m.strings) - 1
+    proto_edit.dims(aval)[0].expr = len(m.strings) - 1
     root.invars[0] = len(m.avals) - 1
     if constraints:
       m.symbolic_constraints.extend(constraints)
@@ -669,7 +669,7 @@ _NOT_A_DIM = (r"does not parse|not a valid size|over the limit|"
 
 def test_symbolic_dimension_string_index_out_of_range():
   def mutate(m):
-    m.avals[0].shaped_array.shape.add().expr = 99999
+    proto_edit.dims(m.avals[0]).add().expr = 99999
   assert_rejected(mutated(small(), mutate),
                   r"string index 99999 is out of range|not a valid size")
 
@@ -722,7 +722,7 @@ def test_constant_with_symbolic_shape():
     const = m.arrays[m.closed_jaxprs[m.root].consts[0]]
     aval = m.avals.add()
     aval.CopyFrom(m.avals[const.aval])
-    aval.shaped_array.shape[0].expr = len(m.strings) - 1
+    proto_edit.dims(aval)[0].expr = len(m.strings) - 1
     const.aval = len(m.avals) - 1
   assert_rejected(mutated(small(), mutate),
                   rf"array \d+: .*(symbolic|needs .*b bytes|concrete shape)|{_NOT_A_DIM}")
@@ -731,7 +731,7 @@ def test_constant_with_symbolic_shape():
 def test_rank_too_high():
   def mutate(m):
     for _ in range(65):
-      m.avals[0].shaped_array.shape.add().size = 1
+      proto_edit.dims(m.avals[0]).add().size = 1
   assert_rejected(mutated(small(), mutate), r"aval of rank 6\d is over 64")
 
 
@@ -1082,13 +1082,16 @@ def _retype_const(m, dtype: int, kind: int) -> None:
   aval.shaped_array.dtype.dtype = dtype
   const.aval = len(m.avals) - 1
   const.kind = kind
-  itemsize = {"PRNG_KEY": 8, "FLOAT0": 0}.get(
+  itemsize = {"PRNG_KEY": 8, "FLOAT0": 0, "EXTENDED": 4}.get(
       _DTYPE_NAMES[dtype], None)
   if itemsize is None:
     itemsize = np.dtype(io_dtypes.ENUM_TO_DTYPE[dtype]).itemsize
   if dtype == pb.DType["PRNG_KEY"]:
     m.strings.append("threefry2x32")
     aval.shaped_array.dtype.key_impl = len(m.strings) - 1
+  if dtype == pb.DType["EXTENDED"]:  # a semaphore: no data is valid
+    m.strings.append("jax.pallas.Semaphore")
+    aval.shaped_array.dtype.extended.record.type = len(m.strings) - 1
   const.inline = bytes(3 * itemsize)
 
 
@@ -1203,7 +1206,7 @@ def _chain_of_jits(n: int, fanout: int = 1) -> bytes:
   del msg.jaxprs[:]
   del msg.closed_jaxprs[:]
   f32 = next(i for i, a in enumerate(msg.avals)
-             if not a.shaped_array.shape
+             if not a.shaped_array.shape and not a.shaped_array.sizes
              and a.shaped_array.dtype.dtype == pb.DType["FLOAT32"])
   base = msg.jaxprs.add()
   base.invars.append(f32)
