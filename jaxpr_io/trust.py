@@ -149,34 +149,46 @@ def _screen_compute_on(name: str, params: dict, screen: Screen) -> dict:
 
 
 def _screen_ffi_call(name: str, params: dict, screen: Screen) -> dict:
-  del name
+  return _screen_native_target(name, params, screen, "attributes")
+
+
+def _screen_thunky_custom_call(name: str, params: dict,
+                               screen: Screen) -> dict:
+  # thunky's custom call runs a custom-call target of the loading process
+  # as a thunk, with `backend_config` as its attributes: what ffi_call does.
+  return _screen_native_target(name, params, screen, "backend_config")
+
+
+def _screen_native_target(name: str, params: dict, screen: Screen,
+                          attributes_param: str) -> dict:
   target = params.get("target_name")
   if type(target) is not str:
-    raise FormatError(f"ffi_call's target_name is not a string: {target!r}")
+    raise FormatError(f"{name}'s target_name is not a string: {target!r}")
   if _PROCESS_BOUND_TARGETS.fullmatch(target):
     raise FormatError(
-        f"ffi_call target {target!r} is one of JAX's host-callback targets, "
+        f"{name} target {target!r} is one of JAX's host-callback targets, "
         "whose attributes point into the process that traced the program; "
         "store the callback with jaxpr_io.register_callback instead")
   if screen.trusted:
     return params
   if target not in FFI_TARGETS.by_name:
     raise FormatError(
-        f"ffi_call target {target!r} is not allowed: a file may only call "
+        f"{name} target {target!r} is not allowed: a file may only call "
         "native targets the loading process allows. Call "
         f"jaxpr_io.register_ffi_target({target!r}) before loading if it is "
         "safe with any operands and attributes, or load with trusted=True "
         "if you wrote the file")
   validate = FFI_TARGETS.by_name[target]
   if validate is not None:
-    attributes = params.get("attributes", ())
+    attributes = params.get(attributes_param, ())
     try:
       validate(dict(attributes))
     except Exception as e:  # pylint: disable=broad-except
       # The validator is the loading process's own code; whatever it raises
       # is a refusal of the file's attributes.
-      raise FormatError(f"ffi_call target {target!r} refuses the file's "
-                        f"attributes: {type(e).__name__}: {e}") from None
+      raise FormatError(f"{name} target {target!r} refuses the file's "
+                        f"{attributes_param}: {type(e).__name__}: {e}"
+                        ) from None
   return params
 
 
@@ -312,6 +324,7 @@ SCREENS: dict[str, Callable[[str, dict, Screen], dict]] = {
     "check": _screen_check,
     "pallas_call": _screen_pallas_call,
     "compute_on": _screen_compute_on,
+    "thunky.custom_call": _screen_thunky_custom_call,
 }
 
 POLICIES: tuple[Policy, ...] = (
@@ -342,6 +355,11 @@ POLICIES: tuple[Policy, ...] = (
     Policy("`ffi_call` `attributes`", "allowlisted",
            "passed to the registered target's `validate_attributes`",
            "not validated"),
+    Policy("`thunky.custom_call` `target_name` (JAX 0.12)", "allowlisted",
+           "as `ffi_call`'s: must be registered with "
+           "`jaxpr_io.register_ffi_target`; its `backend_config` is passed "
+           "to the target's `validate_attributes`",
+           "any target except JAX's host-callback targets"),
     Policy("`pure_callback`, `io_callback`, `debug_callback` `callback`",
            "allowlisted",
            "resolved by name among the functions the loading process "

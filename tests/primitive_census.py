@@ -44,6 +44,9 @@ NOT_STORABLE = {
                               "chosen by the file)",
     "elementwise_inline_asm_p": "Triton inline PTX assembly (JAX 0.10's "
                                 "name)",
+    "thunky.ptx_kernel": "launches the PTX kernel its params hold on the "
+                         "XLA:GPU thunk executor (native code chosen by the "
+                         "file; JAX 0.12)",
 }
 
 # name (or "pallas:*" for every primitive of jax._src.pallas and
@@ -54,7 +57,6 @@ KNOWN_GAPS = {
                 "primitives are storable",
     "rnn_fwd": "cuDNN RNN primitive and its RNN descriptor",
     "rnn_bwd": "cuDNN RNN primitive and its RNN descriptor",
-    "thunky:*": "jax._src.thunky's primitives (0.12)",
 }
 
 
@@ -97,8 +99,6 @@ def census() -> dict[str, tuple[object, str]]:
 def _gap_key(name: str, module: str) -> str | None:
   if ".pallas" in module or ".mosaic" in module and name != "mosaic_gpu_p":
     return "pallas:*"
-  if module.startswith("jax._src.thunky"):
-    return "thunky:*"
   return name.split("@")[0] if name.split("@")[0] in KNOWN_GAPS else None
 
 
