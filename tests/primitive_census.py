@@ -55,8 +55,6 @@ KNOWN_GAPS = {
     "pallas:*": "the backend-specific Pallas primitives (Mosaic TPU and GPU, "
                 "Triton, the fuser); pallas_call and the core kernel "
                 "primitives are storable",
-    "rnn_fwd": "cuDNN RNN primitive and its RNN descriptor",
-    "rnn_bwd": "cuDNN RNN primitive and its RNN descriptor",
 }
 
 

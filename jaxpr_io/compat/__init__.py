@@ -281,6 +281,7 @@ PRIMITIVE_MODULES = (
     "jax._src.buffer_callback", "jax._src.compute_on",
     "jax._src.cudnn.fusion", "jax.experimental.fused",
     "jax._src.thunky.thunky",  # 0.12: programs of the XLA:GPU thunk executor
+    "jax.experimental.rnn",  # cuDNN's LSTM: trusted files only (trust.py)
 )
 
 # Primitives of the modules above that stay out of the table: a file must
