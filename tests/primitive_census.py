@@ -47,14 +47,26 @@ NOT_STORABLE = {
     "thunky.ptx_kernel": "launches the PTX kernel its params hold on the "
                          "XLA:GPU thunk executor (native code chosen by the "
                          "file; JAX 0.12)",
+    "_copysign": "bound only inside Mosaic GPU's lowering rule of `sign` "
+                 "(while a kernel is lowered), never in a traced program",
+    "custom_fusion": "the Pallas fuser's rules (eval, pull and push block "
+                     "spec) are Python functions of BlockSpecs and index "
+                     "transforms that no jaxpr can express; a file holds "
+                     "no code",
+    "fusible": "(JAX 0.10) its `func` is the user's Python function, "
+               "which the Pallas fuser calls with `Fusion` objects (Python "
+               "closures), not arrays: no jaxpr can stand in for it and a "
+               "file holds no code",
 }
 
 # name (or "pallas:*" for every primitive of jax._src.pallas and
 # jax.experimental.pallas) -> what storing it still needs.
 KNOWN_GAPS = {
-    "pallas:*": "the backend-specific Pallas primitives (Mosaic TPU and GPU, "
-                "Triton, the fuser); pallas_call and the core kernel "
-                "primitives are storable",
+    "pallas:*": "the backend-specific Pallas primitives (Mosaic TPU "
+                "pipelines and DMAs, Mosaic GPU, SparseCore, mpmd_map) and "
+                "the fuser's pack_dtype/unpack_dtype (fusion dtypes are "
+                "extended dtypes, which the format cannot name yet); "
+                "pallas_call and the core kernel primitives are storable",
 }
 
 

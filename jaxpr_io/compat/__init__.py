@@ -282,6 +282,10 @@ PRIMITIVE_MODULES = (
     "jax._src.cudnn.fusion", "jax.experimental.fused",
     "jax._src.thunky.thunky",  # 0.12: programs of the XLA:GPU thunk executor
     "jax.experimental.rnn",  # cuDNN's LSTM: trusted files only (trust.py)
+    # Pallas's einshape (its lowered form) and the identity that TPU
+    # interpret mode binds on a kernel's operands.
+    "jax._src.pallas.einshape",
+    "jax._src.pallas.mosaic.interpret.interpret_pallas_call",
 )
 
 # Primitives of the modules above that stay out of the table: a file must
