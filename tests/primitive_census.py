@@ -60,7 +60,20 @@ NOT_STORABLE = {
 }
 
 # name (or "pallas:*" for every primitive of jax._src.pallas and
-# jax.experimental.pallas) -> what storing it still needs.
+# jax.experimental.pallas) -> what storing it still needs. Of the Pallas
+# gaps outside Mosaic GPU and SparseCore:
+# * mpmd_map: its params need a codec for the kernels' meshes (Mosaic TPU's
+#   TensorCoreMesh, a dataclass like the others of jaxpr_io/pallas.py) and
+#   the pallas_call compiler-params screen; but a TPU-mesh kernel reads and
+#   writes its operands (in HBM) only with DMAs, so no kernel that does
+#   anything can be stored before dma_start/dma_wait (PARAM_GAPS) are.
+# * emit_pipeline, pipeline_body: Mosaic TPU's software pipeline, whose
+#   bodies copy blocks with DMAs and semaphores: the same dependency, plus
+#   codecs for its GridMapping and tracing-registry treedefs.
+# * pack_dtype, unpack_dtype: the fuser's fusion dtypes are user subclasses
+#   of an extended dtype (FusibleElementDType); their avals and `dtype`
+#   param need the format's extended-dtype TypeRef (format version 5) and a
+#   registry through which the loading process names the dtype classes.
 KNOWN_GAPS = {
     "pallas:*": "the backend-specific Pallas primitives (Mosaic TPU "
                 "pipelines and DMAs, Mosaic GPU, SparseCore, mpmd_map) and "
