@@ -12,7 +12,10 @@ such (primitive, param) this module decides what an untrusted file gets:
   (`register_ffi_target`); anything else is a `FormatError`;
 * **validated**: the value must match a grammar (format strings: fields are
   names or positions only, widths and precisions are bounded); anything else
-  is a `FormatError`.
+  is a `FormatError`;
+* **trusted only**: an equation that nothing in the loading process can
+  make safe (cuDNN's LSTM, whose native buffer sizes a file could make
+  inconsistent) is a `FormatError` unless the file is trusted.
 
 `load(..., trusted=True)` (and `loads`) restores what the file says for the
 dropped, allowlisted and validated params, and lifts the resource limits of
@@ -44,7 +47,8 @@ class DroppedParamWarning(UserWarning):
 class Policy:
   """One row of the trust-model table (README, "Trust model of `load`")."""
   what: str            # the primitive and param, or the record or value
-  action: str          # "dropped", "allowlisted" or "validated"
+  action: str          # "dropped", "allowlisted", "validated" or
+  #                      "trusted only" (refused in untrusted files)
   handling: str        # what happens to it
   trusted: str         # what trusted=True changes
 
@@ -149,34 +153,46 @@ def _screen_compute_on(name: str, params: dict, screen: Screen) -> dict:
 
 
 def _screen_ffi_call(name: str, params: dict, screen: Screen) -> dict:
-  del name
+  return _screen_native_target(name, params, screen, "attributes")
+
+
+def _screen_thunky_custom_call(name: str, params: dict,
+                               screen: Screen) -> dict:
+  # thunky's custom call runs a custom-call target of the loading process
+  # as a thunk, with `backend_config` as its attributes: what ffi_call does.
+  return _screen_native_target(name, params, screen, "backend_config")
+
+
+def _screen_native_target(name: str, params: dict, screen: Screen,
+                          attributes_param: str) -> dict:
   target = params.get("target_name")
   if type(target) is not str:
-    raise FormatError(f"ffi_call's target_name is not a string: {target!r}")
+    raise FormatError(f"{name}'s target_name is not a string: {target!r}")
   if _PROCESS_BOUND_TARGETS.fullmatch(target):
     raise FormatError(
-        f"ffi_call target {target!r} is one of JAX's host-callback targets, "
+        f"{name} target {target!r} is one of JAX's host-callback targets, "
         "whose attributes point into the process that traced the program; "
         "store the callback with jaxpr_io.register_callback instead")
   if screen.trusted:
     return params
   if target not in FFI_TARGETS.by_name:
     raise FormatError(
-        f"ffi_call target {target!r} is not allowed: a file may only call "
+        f"{name} target {target!r} is not allowed: a file may only call "
         "native targets the loading process allows. Call "
         f"jaxpr_io.register_ffi_target({target!r}) before loading if it is "
         "safe with any operands and attributes, or load with trusted=True "
         "if you wrote the file")
   validate = FFI_TARGETS.by_name[target]
   if validate is not None:
-    attributes = params.get("attributes", ())
+    attributes = params.get(attributes_param, ())
     try:
       validate(dict(attributes))
     except Exception as e:  # pylint: disable=broad-except
       # The validator is the loading process's own code; whatever it raises
       # is a refusal of the file's attributes.
-      raise FormatError(f"ffi_call target {target!r} refuses the file's "
-                        f"attributes: {type(e).__name__}: {e}") from None
+      raise FormatError(f"{name} target {target!r} refuses the file's "
+                        f"{attributes_param}: {type(e).__name__}: {e}"
+                        ) from None
   return params
 
 
@@ -304,6 +320,37 @@ def _screen_check(name: str, params: dict, screen: Screen) -> dict:
   return params
 
 
+# cuDNN's LSTM (jax.experimental.rnn): its lowering builds a cuDNN RNN
+# descriptor from the sizes in the params and sizes the workspace and reserve
+# space from the equation's avals; nothing checks that the two agree (JAX's
+# own abstract evaluation needs jaxlib's CUDA plugin, and does not compare
+# `input_size` with the input's shape), and a file that makes them disagree
+# has cuDNN read and write past its buffers. Only trusted files may hold it.
+_RNN_INT_PARAMS = ("input_size", "hidden_size", "num_layers")
+MAX_RNN_SIZE = 1 << 24
+
+
+def _screen_cudnn_rnn(name: str, params: dict, screen: Screen) -> dict:
+  for param in _RNN_INT_PARAMS:
+    value = params.get(param)
+    if type(value) is not int or not 1 <= value <= MAX_RNN_SIZE:
+      raise FormatError(f"{name}'s {param} {value!r:.40} is not an int from "
+                        f"1 to {MAX_RNN_SIZE}")
+  dropout = params.get("dropout")
+  if type(dropout) not in (int, float) or not 0.0 <= dropout < 1.0:
+    raise FormatError(f"{name}'s dropout {dropout!r:.40} is not a number "
+                      "in [0, 1)")
+  for param in ("bidirectional", "cudnn_allow_tf32"):
+    if type(params.get(param)) is not bool:
+      raise FormatError(f"{name}'s {param} is not a bool")
+  if not screen.trusted:
+    raise FormatError(
+        f"{name} (cuDNN's LSTM) sizes native buffers from its params and "
+        "avals, which a file could make disagree; an untrusted file may not "
+        "hold it. Load the file with trusted=True if you wrote it")
+  return params
+
+
 SCREENS: dict[str, Callable[[str, dict, Screen], dict]] = {
     "jit": _screen_jit,
     "pjit": _screen_jit,
@@ -312,6 +359,9 @@ SCREENS: dict[str, Callable[[str, dict, Screen], dict]] = {
     "check": _screen_check,
     "pallas_call": _screen_pallas_call,
     "compute_on": _screen_compute_on,
+    "thunky.custom_call": _screen_thunky_custom_call,
+    "rnn_fwd": _screen_cudnn_rnn,
+    "rnn_bwd": _screen_cudnn_rnn,
 }
 
 POLICIES: tuple[Policy, ...] = (
@@ -342,6 +392,17 @@ POLICIES: tuple[Policy, ...] = (
     Policy("`ffi_call` `attributes`", "allowlisted",
            "passed to the registered target's `validate_attributes`",
            "not validated"),
+    Policy("`thunky.custom_call` `target_name` (JAX 0.12)", "allowlisted",
+           "as `ffi_call`'s: must be registered with "
+           "`jaxpr_io.register_ffi_target`; its `backend_config` is passed "
+           "to the target's `validate_attributes`",
+           "any target except JAX's host-callback targets"),
+    Policy("`rnn_fwd`, `rnn_bwd` (cuDNN's LSTM, `jax.experimental.rnn`)",
+           "trusted only",
+           "refused: cuDNN's buffers are sized from params and avals that "
+           "nothing checks against each other; sizes validated (ints 1 to "
+           "{max_rnn_size}, dropout in [0, 1))",
+           "loaded, sizes validated"),
     Policy("`pure_callback`, `io_callback`, `debug_callback` `callback`",
            "allowlisted",
            "resolved by name among the functions the loading process "
@@ -399,7 +460,7 @@ def policy_table() -> str:
       jaxpr_depth=writer.MAX_JAXPR_DEPTH, value_depth=params.MAX_VALUE_DEPTH,
       tree_depth=pytrees.MAX_DEPTH, memory_factor=reader.MEMORY_FACTOR,
       fixed_mib=reader.FIXED_OVERHEAD >> 20, max_width=MAX_FORMAT_WIDTH,
-      max_precision=MAX_FORMAT_PRECISION)
+      max_precision=MAX_FORMAT_PRECISION, max_rnn_size=MAX_RNN_SIZE)
   rows = ["| what the file holds | action | untrusted (default) | "
           "`trusted=True` |", "| --- | --- | --- | --- |"]
   rows += [f"| {p.what} | {p.action} | {p.handling.format(**limits)} | "

@@ -128,7 +128,23 @@ def xla_metadata_pairs(value) -> tuple[tuple[str, str], ...]:
   return value
 
 
+# Primitives that JAX defines from some release on, by name prefix ->
+# (the first release line with them, the module that defines them). A reader
+# whose release is older says which release the file needs.
+RELEASE_PRIMITIVES: dict[str, tuple[tuple[int, int], str]] = {
+    "thunky.": ((0, 12), "jax._src.thunky"),
+}
+
+
 def unknown_primitive(where: Where, name: str) -> str:
+  for prefix, (first, module) in RELEASE_PRIMITIVES.items():
+    if (name.startswith(prefix)
+        and release_line(where.reader_jax) < first):
+      release = ".".join(map(str, first))
+      return (f"primitive {name!r} is one of {module}'s, which JAX has from "
+              f"release {release} on; this is jax {where.reader_jax} (the "
+              f"file was written by jax {where.writer_jax}). Load the file "
+              f"with jax {release} or later")
   return (f"unknown primitive {name!r}: it is not a primitive of jax "
           f"{where.reader_jax} (the file was written by jax "
           f"{where.writer_jax}) and was not registered with "

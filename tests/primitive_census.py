@@ -44,17 +44,43 @@ NOT_STORABLE = {
                               "chosen by the file)",
     "elementwise_inline_asm_p": "Triton inline PTX assembly (JAX 0.10's "
                                 "name)",
+    "thunky.ptx_kernel": "launches the PTX kernel its params hold on the "
+                         "XLA:GPU thunk executor (native code chosen by the "
+                         "file; JAX 0.12)",
+    "_copysign": "bound only inside Mosaic GPU's lowering rule of `sign` "
+                 "(while a kernel is lowered), never in a traced program",
+    "custom_fusion": "the Pallas fuser's rules (eval, pull and push block "
+                     "spec) are Python functions of BlockSpecs and index "
+                     "transforms that no jaxpr can express; a file holds "
+                     "no code",
+    "fusible": "(JAX 0.10) its `func` is the user's Python function, "
+               "which the Pallas fuser calls with `Fusion` objects (Python "
+               "closures), not arrays: no jaxpr can stand in for it and a "
+               "file holds no code",
 }
 
 # name (or "pallas:*" for every primitive of jax._src.pallas and
-# jax.experimental.pallas) -> what storing it still needs.
+# jax.experimental.pallas) -> what storing it still needs. Of the Pallas
+# gaps outside Mosaic GPU and SparseCore:
+# * mpmd_map: its params need a codec for the kernels' meshes (Mosaic TPU's
+#   TensorCoreMesh, a dataclass like the others of jaxpr_io/pallas.py) and
+#   the pallas_call compiler-params screen; but a TPU-mesh kernel reads and
+#   writes its operands (in HBM) only with DMAs (storable since format
+#   version 5), and 0.10's TensorCoreMesh is another class.
+# * emit_pipeline, pipeline_body: Mosaic TPU's software pipeline, whose
+#   bodies copy blocks with DMAs and semaphores, plus codecs for its
+#   GridMapping and tracing-registry treedefs.
+# * pack_dtype, unpack_dtype: the fuser's fusion dtypes are user subclasses
+#   of an extended dtype (FusibleElementDType); their avals and `dtype`
+#   param need a registry through which the loading process names the
+#   dtype classes (the format's extended-dtype TypeRef, version 5, then
+#   stores them as records).
 KNOWN_GAPS = {
-    "pallas:*": "the backend-specific Pallas primitives (Mosaic TPU and GPU, "
-                "Triton, the fuser); pallas_call and the core kernel "
-                "primitives are storable",
-    "rnn_fwd": "cuDNN RNN primitive and its RNN descriptor",
-    "rnn_bwd": "cuDNN RNN primitive and its RNN descriptor",
-    "thunky:*": "jax._src.thunky's primitives (0.12)",
+    "pallas:*": "the backend-specific Pallas primitives (Mosaic TPU "
+                "pipelines, Mosaic GPU, SparseCore, mpmd_map) and the "
+                "fuser's pack_dtype/unpack_dtype (user-defined fusion "
+                "dtypes); pallas_call and the core kernel primitives are "
+                "storable",
 }
 
 
@@ -90,8 +116,6 @@ def census() -> dict[str, tuple[object, str]]:
 def _gap_key(name: str, module: str) -> str | None:
   if ".pallas" in module or ".mosaic" in module and name != "mosaic_gpu_p":
     return "pallas:*"
-  if module.startswith("jax._src.thunky"):
-    return "thunky:*"
   return name.split("@")[0] if name.split("@")[0] in KNOWN_GAPS else None
 
 

@@ -285,6 +285,12 @@ PRIMITIVE_MODULES = (
     "jax.experimental.scheduling_groups",  # 0.10's xla_metadata_call
     "jax._src.buffer_callback", "jax._src.compute_on",
     "jax._src.cudnn.fusion", "jax.experimental.fused",
+    "jax._src.thunky.thunky",  # 0.12: programs of the XLA:GPU thunk executor
+    "jax.experimental.rnn",  # cuDNN's LSTM: trusted files only (trust.py)
+    # Pallas's einshape (its lowered form) and the identity that TPU
+    # interpret mode binds on a kernel's operands.
+    "jax._src.pallas.einshape",
+    "jax._src.pallas.mosaic.interpret.interpret_pallas_call",
 )
 
 # Primitives of the modules above that stay out of the table: a file must
@@ -292,6 +298,8 @@ PRIMITIVE_MODULES = (
 EXCLUDED_PRIMITIVES = frozenset({
     # Triton's inline PTX assembly (0.10 names it with a `_p`).
     "elementwise_inline_asm", "elementwise_inline_asm_p",
+    # thunky's PTX kernel launch (the PTX text is in its params).
+    "thunky.ptx_kernel",
 })
 
 # Serialized primitive names written by older JAX releases -> today's name.
@@ -394,7 +402,9 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                       "jax._src.pallas.triton.primitives:barrier_effect"),
                      # Pallas semaphore signals and waits.
                      ("jax.pallas.semaphore",
-                      "jax._src.pallas.primitives:sem_effect")):
+                      "jax._src.pallas.primitives:sem_effect"),
+                     # Orders thunky's side-effecting thunks (0.12).
+                     ("jax.thunky", "jax._src.thunky.thunky:thunk_effect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)
