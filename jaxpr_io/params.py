@@ -21,6 +21,7 @@ import numpy as np
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import dtypes
+from jaxpr_io import pallas
 from jaxpr_io import records  # noqa: F401  (registers JAX's record codecs)
 from jaxpr_io import registry
 from jaxpr_io.compat import symbolic
@@ -386,6 +387,10 @@ ENCODERS: dict[type, Encoder] = {
     compat.AbstractRef: encode_aval,
     compat.AbstractToken: encode_aval,
 }
+# Ref aval subclasses stored as refs (jaxpr_io/pallas.py: Mosaic GPU's WGMMA
+# accumulator).
+for _ref_class in pallas.ref_classes():
+  ENCODERS[_ref_class] = encode_aval
 for _dtype in dtypes.DTYPE_TO_ENUM:
   ENCODERS[type(_dtype)] = encode_dtype
   if _dtype.itemsize:  # not float0, whose scalar type is numpy.void
