@@ -23,6 +23,9 @@ gaps (tests/primitive_census.py)."""
 
 from __future__ import annotations
 
+import importlib
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -40,6 +43,7 @@ from tests.roundtrip import assert_roundtrip
 # JAX 0.10 lowers `pallas_call` with Mosaic GPU compiler params; 0.11+ only
 # `plgpu.kernel` (mpmd_map).
 _LOWERS = compat.JAX_VERSION.startswith("0.10.")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _GMEM = pl.BlockSpec(memory_space=plgpu.GMEM)
 _SWIZZLED = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
 
@@ -149,15 +153,9 @@ def _wgmma_kernel(a_gmem, b_gmem, o_gmem, a_smem, b_smem, barrier, o_smem,
 
 
 def test_wgmma_matmul_with_an_accumulator_ref():
-  f = _call(_wgmma_kernel, jax.ShapeDtypeStruct((64, 128), jnp.float16),
-            [plgpu.SMEM((64, 128), jnp.float16, transforms=_SWIZZLED),
-             plgpu.SMEM((128, 128), jnp.float16, transforms=_SWIZZLED),
-             plgpu.Barrier(num_arrivals=2),
-             plgpu.SMEM((64, 128), jnp.float16),
-             plgpu.ACC((64, 128), jnp.float32)], n_in=2)
   p = gpu_primitives
   prog, loaded = _round_trip_and_lower(
-      f, (np.ones((64, 128), np.float16), np.ones((128, 128), np.float16)),
+      _wgmma_call(), (np.ones((64, 128), np.float16), np.ones((128, 128), np.float16)),
       {p.wgmma_ref_p, p.wgmma_wait_p, p.wgmma_accumulator_deref_p})
   (call,) = loaded.closed_jaxpr.jaxpr.eqns
   acc = call.params["jaxpr"].invars[-1].aval
@@ -167,6 +165,46 @@ def test_wgmma_matmul_with_an_accumulator_ref():
   strings = proto_edit.message(jaxpr_io.dumps(prog)).strings
   assert "wgmma_accumulator_deref_p" in strings
   assert "wgmma_accumulator_deref" not in strings
+
+
+def _wgmma_call():
+  return _call(_wgmma_kernel, jax.ShapeDtypeStruct((64, 128), jnp.float16),
+               [plgpu.SMEM((64, 128), jnp.float16, transforms=_SWIZZLED),
+                plgpu.SMEM((128, 128), jnp.float16, transforms=_SWIZZLED),
+                plgpu.Barrier(num_arrivals=2),
+                plgpu.SMEM((64, 128), jnp.float16),
+                plgpu.ACC((64, 128), jnp.float32)], n_in=2)
+
+
+def test_an_accumulator_ref_with_a_kind_is_a_format_error():
+  # The accumulator has no kind; a file that gives a REGS ref one is bad.
+  with jax.sharding.use_abstract_mesh(_h100()):
+    data = jaxpr_io.dumps(jaxpr_io.trace(
+        _wgmma_call(), np.ones((64, 128), np.float16),
+        np.ones((128, 128), np.float16)))
+  msg = proto_edit.message(data)
+  regs = [a.ref for a in msg.avals if a.WhichOneof("kind") == "ref"
+          and a.ref.HasField("memory_space")
+          and msg.strings[a.ref.memory_space.enum.member] == "REGS"]
+  assert regs
+  regs[0].kind.CopyFrom(regs[0].memory_space)
+  with pytest.raises(jaxpr_io.FormatError, match="has a kind"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
+def test_each_name_of_its_own_is_documented_and_binds_its_module():
+  with open(os.path.join(_ROOT, "schema", "VOCABULARY.md")) as f:
+    documented = f.read()
+  for (module, jax_name), name in compat.MODULE_PRIMITIVE_NAMES.items():
+    assert f"| `{name}` | `{jax_name}`" in documented, name
+    primitive = jaxpr_io.registry.PRIMITIVES.lookup(name)
+    if primitive is None:  # e.g. `store`, which only 0.12 has
+      assert not any(getattr(p, "name", None) == jax_name
+                     for p in vars(importlib.import_module(module)).values()
+                     if isinstance(p, jax.extend.core.Primitive))
+      continue
+    assert primitive.name == jax_name
+    assert primitive in vars(importlib.import_module(module)).values()
 
 
 def _load_kernel(x_gmem, o_gmem, x_smem, barrier, o_smem):
