@@ -217,6 +217,15 @@ def _register() -> None:
   oob_fill_mode = getattr(launch_context, "OOBFillMode", None)
   if oob_fill_mode is not None:
     registry.register_enum(oob_fill_mode, name="jax.pallas.gpu.OOBFillMode")
+  # Mosaic GPU's atomic stores (plgpu.atomic_add, ...) name their kind with
+  # an enum of their own.
+  try:
+    from jax._src.pallas.mosaic_gpu import primitives as gpu_primitives  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    gpu_primitives = None
+  gpu_atomic = getattr(gpu_primitives, "AtomicOpType", None)
+  if gpu_atomic is not None:
+    registry.register_enum(gpu_atomic, name="jax.pallas.gpu.AtomicOpType")
   # How remote DMAs and semaphore signals name a device.
   from jax._src.pallas import primitives as pallas_primitives  # pylint: disable=g-import-not-at-top
   device_id_type = getattr(pallas_primitives, "DeviceIdType", None)

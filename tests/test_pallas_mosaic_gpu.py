@@ -12,12 +12,16 @@ and lowering is not.
 Covered: TMA copies (`copy_gmem_to_smem`, `copy_smem_to_gmem` with and
 without a reduction, `commit_smem`, `commit_group`, `wait_smem_to_gmem`), barriers (`barrier_arrive`, `barrier_wait`; their
 `BarrierType` element type), swizzled and tiled SMEM (the transforms are
-records), WGMMA (`wgmma_ref`, `wgmma_wait`, `wgmma_accumulator_deref`; the
+records), WGMMA (`wgmma_ref`, `wgmma_wait`, `wgmma_accumulator_deref`,
+`wgmma_accumulator_store`; the
 accumulator ref, `plgpu.ACC`, is the ref of Mosaic GPU's REGS memory space),
 register loads (`mosaic_gpu.load`) and `layout_cast`, Mosaic GPU's own
 `semaphore_signal`/`semaphore_wait` (beside Pallas's own),
 `griddepcontrol_wait`/`griddepcontrol_launch_dependents`,
-`set_max_registers` and `print_layout`. `inline_mgpu` (a Python function
+`set_max_registers`, `print_layout`, atomic stores (`mgpu_atomic_store`,
+its `AtomicOpType`), and each release's own: `wait_gmem_to_smem` and
+Ampere `mma` (0.11+), `mosaic_gpu.store` and `barrier_arrive_and_wait`
+(0.12). `inline_mgpu` (a Python function
 that emits MLIR) is never stored. The TMEM primitives (tcgen05) are census
 gaps (tests/primitive_census.py)."""
 
@@ -144,6 +148,8 @@ def _wgmma_kernel(a_gmem, b_gmem, o_gmem, a_smem, b_smem, barrier, o_smem,
   plgpu.copy_gmem_to_smem(a_gmem, a_smem, barrier)
   plgpu.copy_gmem_to_smem(b_gmem, b_smem, barrier)
   plgpu.barrier_wait(barrier)
+  acc_ref[...] = plgpu.layout_cast(jnp.zeros((64, 128), jnp.float32),
+                                   plgpu.Layout.WGMMA)
   plgpu.wgmma(acc_ref, a_smem, b_smem)
   plgpu.wgmma_wait(0)
   o_smem[...] = acc_ref[...].astype(jnp.float16)
@@ -156,7 +162,8 @@ def test_wgmma_matmul_with_an_accumulator_ref():
   p = gpu_primitives
   prog, loaded = _round_trip_and_lower(
       _wgmma_call(), (np.ones((64, 128), np.float16), np.ones((128, 128), np.float16)),
-      {p.wgmma_ref_p, p.wgmma_wait_p, p.wgmma_accumulator_deref_p})
+      {p.wgmma_ref_p, p.wgmma_wait_p, p.wgmma_accumulator_deref_p,
+       p.wgmma_accumulator_store_p})
   (call,) = loaded.closed_jaxpr.jaxpr.eqns
   acc = call.params["jaxpr"].invars[-1].aval
   assert type(acc) is gpu_core.WGMMAAbstractAccumulatorRef
@@ -282,6 +289,53 @@ def test_dependent_launch_registers_and_reductions():
   assert copy.params["reduction_op"] == "add"
   assert "set_max_registers_p" in proto_edit.message(
       jaxpr_io.dumps(prog)).strings
+
+
+def _atomics_kernel(x_gmem, o_gmem, x_smem, barrier, o_smem):
+  plgpu.copy_gmem_to_smem(x_gmem, x_smem, barrier)
+  plgpu.barrier_wait(barrier)
+  if _NEWER:
+    plgpu.wait_gmem_to_smem(0)  # pre-Hopper cp.async copies
+  if hasattr(plgpu, "barrier_arrive_and_wait"):  # 0.12
+    plgpu.barrier_arrive_and_wait(barrier)
+    plgpu.store(o_smem, x_smem[...] + 1.0)
+  else:
+    o_smem[...] = x_smem[...] + 1.0
+  plgpu.commit_smem()
+  plgpu.atomic_add(o_gmem, o_smem[...])
+
+
+_NEWER = not compat.JAX_VERSION.startswith("0.10.")
+
+
+def test_atomics_and_each_releases_own_primitives():
+  f = _call(_atomics_kernel, jax.ShapeDtypeStruct((128,), jnp.float32),
+            [plgpu.SMEM((128,), jnp.float32), plgpu.Barrier(num_arrivals=1),
+             plgpu.SMEM((128,), jnp.float32)])
+  p = gpu_primitives
+  want = {p.atomic_store_p}
+  if _NEWER:
+    want.add(p.wait_gmem_to_smem_p)
+  if hasattr(p, "store_p"):
+    want |= {p.store_p, p.barrier_arrive_and_wait_p}
+  prog, loaded = _round_trip_and_lower(f, (np.ones(128, np.float32),), want)
+  (atomic,) = [e for e in _kernel_eqns(loaded)
+               if e.primitive is p.atomic_store_p]
+  assert atomic.params["atomic_type"] is p.AtomicOpType.ADD
+  if hasattr(p, "store_p"):
+    assert "mosaic_gpu.store" in proto_edit.message(
+        jaxpr_io.dumps(prog)).strings
+
+
+@pytest.mark.skipif(not _NEWER, reason="plgpu.mma is JAX 0.11+'s")
+def test_ampere_mma_on_values():
+  def kernel(a_gmem, b_gmem, o_gmem):
+    o_gmem[...] = plgpu.mma(jnp.zeros((64, 64), jnp.float32), a_gmem[...],
+                            b_gmem[...])
+  f = _call(kernel, jax.ShapeDtypeStruct((64, 64), jnp.float32), [], n_in=2)
+  _round_trip_and_lower(
+      f, (np.ones((64, 16), np.float16), np.ones((16, 64), np.float16)),
+      {gpu_primitives.mma_p})
 
 
 def test_a_plain_ref_in_registers_is_refused():
