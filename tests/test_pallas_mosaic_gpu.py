@@ -10,20 +10,23 @@ runs on the CPU). JAX 0.11+ lowers Mosaic GPU kernels only through
 and lowering is not.
 
 Covered: TMA copies (`copy_gmem_to_smem`, `copy_smem_to_gmem` with and
-without a reduction, `commit_smem`, `commit_group`, `wait_smem_to_gmem`), barriers (`barrier_arrive`, `barrier_wait`; their
-`BarrierType` element type), swizzled and tiled SMEM (the transforms are
-records), WGMMA (`wgmma_ref`, `wgmma_wait`, `wgmma_accumulator_deref`,
-`wgmma_accumulator_store`; the
-accumulator ref, `plgpu.ACC`, is the ref of Mosaic GPU's REGS memory space),
+without a reduction, `commit_smem`, `commit_group`, `wait_smem_to_gmem`),
+barriers (`barrier_arrive`, `barrier_wait`; their `BarrierType` element
+type is a record), swizzled and tiled SMEM (the transforms are records),
+WGMMA (`wgmma_ref`, `wgmma_wait`, `wgmma_accumulator_deref`,
+`wgmma_accumulator_store`; the accumulator ref, `plgpu.ACC`, is stored as
+the ref of Mosaic GPU's REGS memory space, so a plain ref there is refused),
 register loads (`mosaic_gpu.load`) and `layout_cast`, Mosaic GPU's own
 `semaphore_signal`/`semaphore_wait` (beside Pallas's own),
 `griddepcontrol_wait`/`griddepcontrol_launch_dependents`,
-`set_max_registers`, `print_layout`, atomic stores (`mgpu_atomic_store`,
-its `AtomicOpType`), and each release's own: `wait_gmem_to_smem` and
-Ampere `mma` (0.11+), `mosaic_gpu.store` and `barrier_arrive_and_wait`
-(0.12). `inline_mgpu` (a Python function
-that emits MLIR) is never stored. The TMEM primitives (tcgen05) are census
-gaps (tests/primitive_census.py)."""
+`set_max_registers`, `print_layout`, atomic stores (`mgpu_atomic_store`
+with its `AtomicOpType`), each release's own (`wait_gmem_to_smem` and
+Ampere `mma` from 0.11, `mosaic_gpu.store` and `barrier_arrive_and_wait` in
+0.12), and Blackwell's tensor-core synchronization (`commit_tmem`,
+`wait_load_tmem`, `tcgen05_commit_arrive`, traced and lowered for a B200).
+`inline_mgpu` (a Python function that emits MLIR) is never stored. The
+primitives that take TMEM refs (`tcgen05_mma`, ...) and multicast refs are
+census gaps (tests/primitive_census.py)."""
 
 from __future__ import annotations
 
@@ -52,9 +55,9 @@ _GMEM = pl.BlockSpec(memory_space=plgpu.GMEM)
 _SWIZZLED = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
 
 
-def _h100():
-  device = jax.sharding.AbstractDevice(device_kind="NVIDIA H100",
-                                       num_cores=None, platform="cuda")
+def _h100(kind="NVIDIA H100"):
+  device = jax.sharding.AbstractDevice(device_kind=kind, num_cores=None,
+                                       platform="cuda")
   return jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
 
 
@@ -71,11 +74,11 @@ def _kernel_eqns(prog):
           for e in j.eqns]
 
 
-def _round_trip_and_lower(f, args, want):
-  """Traces `f` for an H100, checks that its kernel uses the primitives
+def _round_trip_and_lower(f, args, want, gpu="NVIDIA H100"):
+  """Traces `f` for `gpu`, checks that its kernel uses the primitives
   `want` and that it round-trips, and (where JAX lowers it) lowers the
   loaded program for `cuda`: one Mosaic GPU kernel, as from the original."""
-  with jax.sharding.use_abstract_mesh(_h100()):
+  with jax.sharding.use_abstract_mesh(_h100(gpu)):
     prog = jaxpr_io.trace(f, *args)
   used = {e.primitive for e in _kernel_eqns(prog)}
   assert want <= used, {p.name for p in want - used}
@@ -84,7 +87,7 @@ def _round_trip_and_lower(f, args, want):
   assert [e.primitive for e in _kernel_eqns(loaded)] == [
       e.primitive for e in _kernel_eqns(prog)]
   if _LOWERS:
-    with jax.sharding.use_abstract_mesh(_h100()):
+    with jax.sharding.use_abstract_mesh(_h100(gpu)):
       got = converters.to_exported(loaded, platforms=["cuda"]).mlir_module()
       want_text = jax.export.export(jax.jit(f), platforms=["cuda"])(
           *args).mlir_module()
@@ -161,7 +164,8 @@ def _wgmma_kernel(a_gmem, b_gmem, o_gmem, a_smem, b_smem, barrier, o_smem,
 def test_wgmma_matmul_with_an_accumulator_ref():
   p = gpu_primitives
   prog, loaded = _round_trip_and_lower(
-      _wgmma_call(), (np.ones((64, 128), np.float16), np.ones((128, 128), np.float16)),
+      _wgmma_call(),
+      (np.ones((64, 128), np.float16), np.ones((128, 128), np.float16)),
       {p.wgmma_ref_p, p.wgmma_wait_p, p.wgmma_accumulator_deref_p,
        p.wgmma_accumulator_store_p})
   (call,) = loaded.closed_jaxpr.jaxpr.eqns
@@ -336,6 +340,34 @@ def test_ampere_mma_on_values():
   _round_trip_and_lower(
       f, (np.ones((64, 16), np.float16), np.ones((16, 64), np.float16)),
       {gpu_primitives.mma_p})
+
+
+def _tensor_core_sync_kernel(x_gmem, o_gmem, x_smem, barrier, tc_barrier):
+  plgpu.copy_gmem_to_smem(x_gmem, x_smem, barrier)
+  plgpu.barrier_wait(barrier)
+  plgpu.commit_tmem()
+  plgpu.wait_load_tmem()
+  plgpu.tcgen05_commit_arrive(tc_barrier)
+  plgpu.barrier_wait(tc_barrier)
+  plgpu.commit_smem()
+  plgpu.copy_smem_to_gmem(x_smem, o_gmem)
+  plgpu.wait_smem_to_gmem(0)
+
+
+def test_blackwell_tensor_core_synchronization():
+  # Traced and lowered for a B200. The TMEM refs themselves are gaps.
+  f = _call(_tensor_core_sync_kernel,
+            jax.ShapeDtypeStruct((128,), jnp.float32),
+            [plgpu.SMEM((128,), jnp.float32), plgpu.Barrier(num_arrivals=1),
+             plgpu.Barrier(num_arrivals=1, orders_tensor_core=True)])
+  p = gpu_primitives
+  _, loaded = _round_trip_and_lower(
+      f, (np.ones(128, np.float32),),
+      {p.commit_tmem_p, p.wait_load_tmem_p, p.tcgen05_commit_arrive_p},
+      gpu="NVIDIA B200")
+  (call,) = loaded.closed_jaxpr.jaxpr.eqns
+  assert call.params["grid_mapping"].scratch_avals[-1].dtype == (
+      gpu_core.BarrierType(num_arrivals=1, orders_tensor_core=True))
 
 
 def test_a_plain_ref_in_registers_is_refused():
