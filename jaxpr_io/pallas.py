@@ -64,8 +64,10 @@ _CONCRETE_FIELDS = frozenset({"array_aval", "transformed_block_aval",
                               "index_map_avals", "scratch_avals"})
 
 
-def _record_by_field_name(cls, name: str, must_be_none=()):
-  """Registers `cls` (a dataclass) as a record stored by field name."""
+def _record_by_field_name(cls, name: str, must_be_none=(), check=None):
+  """Registers `cls` (a dataclass) as a record stored by field name.
+  `check(kwargs)`, if given, returns what is wrong with the fields read, or
+  None."""
   fields = _init_fields(cls)
   names = {f.name for f in fields}
 
@@ -100,6 +102,9 @@ def _record_by_field_name(cls, name: str, must_be_none=()):
       if f.name not in kwargs and _default(f) is _MISSING:
         raise FormatError(f"{name}: the required field {f.name!r} is "
                           "missing")
+    problem = None if check is None else check(kwargs)
+    if problem is not None:
+      raise FormatError(f"{name}: {problem}")
     for field in _CONCRETE_FIELDS & set(kwargs):
       if _symbolic(kwargs[field]):
         raise FormatError(f"{name}: {field} {kwargs[field]} has a symbolic "
@@ -153,6 +158,14 @@ def is_ref_class(cls) -> bool:
   return cls is compat.AbstractRef or cls in _REF_CLASSES.values()
 
 
+def _transformed_ref_problem(kwargs) -> str | None:
+  if not is_ref_class(type(kwargs.get("ref"))):
+    return f"ref {kwargs.get('ref')!r:.80} is not a ref aval"
+  if type(kwargs.get("transforms", ())) is not tuple:
+    return "transforms is not a tuple"
+  return None
+
+
 def _register_gpu_transforms(gpu_core) -> None:
   """Mosaic GPU's ref transforms (tiling, swizzling, ...; run_scoped's
   `ref_transforms` holds them) and the layouts that name a register layout
@@ -203,7 +216,8 @@ def _register() -> None:
   # ref aval and the transforms that present it: GridMapping.scratch_avals.
   from jax._src.state import types as state_types  # pylint: disable=g-import-not-at-top
   _record_by_field_name(state_types.TransformedRef,
-                        "jax.pallas.TransformedRef")
+                        "jax.pallas.TransformedRef",
+                        check=_transformed_ref_problem)
   _register_gpu_transforms(_pallas.get("gpu"))
   accumulator = vars(_pallas.get("gpu", object)).get(
       "WGMMAAbstractAccumulatorRef")

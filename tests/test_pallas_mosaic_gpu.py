@@ -203,6 +203,38 @@ def test_an_accumulator_ref_with_a_kind_is_a_format_error():
     jaxpr_io.loads(proto_edit.reframe(msg, data))
 
 
+def test_a_transformed_scratch_ref_must_hold_a_ref():
+  f = _call(_swizzled_kernel, jax.ShapeDtypeStruct((64, 128), jnp.float16),
+            [plgpu.SMEM((64, 128), jnp.float16, transforms=_SWIZZLED),
+             plgpu.Barrier(num_arrivals=2)])
+  with jax.sharding.use_abstract_mesh(_h100()):
+    data = jaxpr_io.dumps(jaxpr_io.trace(f, np.ones((64, 128), np.float16)))
+  msg = proto_edit.message(data)
+  type_index = list(msg.strings).index("jax.pallas.TransformedRef")
+  records = [v.record for v in _values(msg) if v.WhichOneof("kind") == "record"
+             and v.record.type == type_index]
+  assert records
+  (ref_field,) = [f for f in records[0].fields
+                  if msg.strings[f.tuple.items[0].str] == "ref"]
+  ref_field.tuple.items[1].Clear()
+  ref_field.tuple.items[1].int = 3
+  with pytest.raises(jaxpr_io.FormatError, match="is not a ref aval"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
+def _values(msg):
+  """Every `Value` message in the param sets of `msg`, depth first."""
+  stack = [p.value for s in msg.param_sets for p in s.params]
+  while stack:
+    v = stack.pop()
+    yield v
+    kind = v.WhichOneof("kind")
+    if kind == "tuple":
+      stack.extend(v.tuple.items)
+    elif kind == "record":
+      stack.extend(v.record.fields)
+
+
 def test_each_name_of_its_own_is_documented_and_binds_its_module():
   with open(os.path.join(_ROOT, "schema", "VOCABULARY.md")) as f:
     documented = f.read()
