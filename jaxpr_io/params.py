@@ -271,6 +271,14 @@ def encode_merged_jaxpr(w, v, out, depth):
           "jaxpr_io/vocabulary.py:OPEN_JAXPR_PARAMS)")
     encode_jaxpr(w, v, out, depth)
   else:
+    if any(map(compat.is_tracer, v.consts)):
+      # E.g. a Pallas `run_scoped` body that closes over the kernel's refs:
+      # JAX 0.11+ keeps the enclosing trace's refs as its constants.
+      raise UnsupportedError(
+          "a jaxpr holds tracers of the trace that made it as constants "
+          "(under JAX 0.11+, a Pallas `run_scoped` body that closes over "
+          "the kernel's refs); allocate the scratch with `scratch_shapes` "
+          "or pass the refs to the body instead of closing over them")
     encode_closed_jaxpr(w, v, out, depth)
 
 

@@ -167,6 +167,10 @@ def is_inexact(dtype) -> bool:
   return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
+def is_tracer(x) -> bool:
+  return isinstance(x, core.Tracer)
+
+
 def is_key_array(x) -> bool:
   return isinstance(x, prng.PRNGKeyArray)
 
