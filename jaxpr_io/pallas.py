@@ -64,8 +64,10 @@ _CONCRETE_FIELDS = frozenset({"array_aval", "transformed_block_aval",
                               "index_map_avals", "scratch_avals"})
 
 
-def _record_by_field_name(cls, name: str, must_be_none=()):
-  """Registers `cls` (a dataclass) as a record stored by field name."""
+def _record_by_field_name(cls, name: str, must_be_none=(), check=None):
+  """Registers `cls` (a dataclass) as a record stored by field name.
+  `check(kwargs)`, if given, returns what is wrong with the fields read, or
+  None."""
   fields = _init_fields(cls)
   names = {f.name for f in fields}
 
@@ -100,6 +102,9 @@ def _record_by_field_name(cls, name: str, must_be_none=()):
       if f.name not in kwargs and _default(f) is _MISSING:
         raise FormatError(f"{name}: the required field {f.name!r} is "
                           "missing")
+    problem = None if check is None else check(kwargs)
+    if problem is not None:
+      raise FormatError(f"{name}: {problem}")
     for field in _CONCRETE_FIELDS & set(kwargs):
       if _symbolic(kwargs[field]):
         raise FormatError(f"{name}: {field} {kwargs[field]} has a symbolic "
@@ -127,6 +132,57 @@ def _singleton_record(cls, name: str) -> None:
                                 decode=decode)
 
 
+# Subclasses of `AbstractRef` that the format stores as refs, told apart by
+# their memory space: memory space -> the class. A ref of that memory space
+# is always of that class (the writer refuses a plain `AbstractRef` there),
+# so reading rebuilds the same class. Mosaic GPU's WGMMA accumulator (the
+# `plgpu.ACC` scratch that `wgmma` accumulates into) is the only ref in its
+# REGS memory space.
+_REF_CLASSES: dict[Any, type] = {}
+
+
+def ref_class(memory_space) -> type:
+  """The ref aval class of refs in `memory_space`."""
+  try:
+    return _REF_CLASSES.get(memory_space, compat.AbstractRef)
+  except TypeError:  # an unhashable memory space: not one of ours
+    return compat.AbstractRef
+
+
+def ref_classes() -> tuple[type, ...]:
+  """The `AbstractRef` subclasses stored as refs."""
+  return tuple(_REF_CLASSES.values())
+
+
+def is_ref_class(cls) -> bool:
+  return cls is compat.AbstractRef or cls in _REF_CLASSES.values()
+
+
+def _transformed_ref_problem(kwargs) -> str | None:
+  if not is_ref_class(type(kwargs.get("ref"))):
+    return f"ref {kwargs.get('ref')!r:.80} is not a ref aval"
+  if type(kwargs.get("transforms", ())) is not tuple:
+    return "transforms is not a tuple"
+  return None
+
+
+def _register_gpu_transforms(gpu_core) -> None:
+  """Mosaic GPU's ref transforms (tiling, swizzling, ...; run_scoped's
+  `ref_transforms` holds them) and the layouts that name a register layout
+  with arguments: frozen dataclasses of plain fields. PeerMemRef and
+  MulticastRef are not frozen (they hold a traced device id) and stay out."""
+  if gpu_core is None:
+    return
+  from jax._src.state import types as state_types  # pylint: disable=g-import-not-at-top
+  for attr, cls in sorted(vars(gpu_core).items()):
+    if (isinstance(cls, type) and cls.__module__ == gpu_core.__name__
+        and dataclasses.is_dataclass(cls)
+        and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        and (state_types.Transform in cls.__mro__
+             or attr in ("ReducedLayout", "ParameterizedLayout"))):
+      _record_by_field_name(cls, f"jax.pallas.gpu.{attr}")
+
+
 def _register() -> None:
   if _pallas is None:
     return
@@ -150,6 +206,40 @@ def _register() -> None:
     if cls is not None:
       _singleton_record(cls, f"jax.pallas.{short}.{attr}" if short != "core"
                         else f"jax.pallas.{attr}")
+  # Mosaic GPU barriers (extended dtypes, format version 5): frozen
+  # dataclasses of plain fields (the number of arrivals, ...).
+  for attr in ("BarrierType", "ClusterBarrierType"):
+    cls = vars(_pallas.get("gpu", object)).get(attr)
+    if cls is not None:
+      _record_by_field_name(cls, f"jax.pallas.gpu.{attr}")
+  # A scratch ref with transforms (e.g. Mosaic GPU's swizzled SMEM) is a
+  # ref aval and the transforms that present it: GridMapping.scratch_avals.
+  from jax._src.state import types as state_types  # pylint: disable=g-import-not-at-top
+  _record_by_field_name(state_types.TransformedRef,
+                        "jax.pallas.TransformedRef",
+                        check=_transformed_ref_problem)
+  _register_gpu_transforms(_pallas.get("gpu"))
+  accumulator = vars(_pallas.get("gpu", object)).get(
+      "WGMMAAbstractAccumulatorRef")
+  if accumulator is not None:
+    _REF_CLASSES[_pallas["gpu"].MemorySpace.REGS] = accumulator
+  # How Mosaic GPU's TMA copies fill what lies out of bounds.
+  try:
+    from jax.experimental.mosaic.gpu import launch_context  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    launch_context = None
+  oob_fill_mode = getattr(launch_context, "OOBFillMode", None)
+  if oob_fill_mode is not None:
+    registry.register_enum(oob_fill_mode, name="jax.pallas.gpu.OOBFillMode")
+  # Mosaic GPU's atomic stores (plgpu.atomic_add, ...) name their kind with
+  # an enum of their own.
+  try:
+    from jax._src.pallas.mosaic_gpu import primitives as gpu_primitives  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    gpu_primitives = None
+  gpu_atomic = getattr(gpu_primitives, "AtomicOpType", None)
+  if gpu_atomic is not None:
+    registry.register_enum(gpu_atomic, name="jax.pallas.gpu.AtomicOpType")
   # How remote DMAs and semaphore signals name a device.
   from jax._src.pallas import primitives as pallas_primitives  # pylint: disable=g-import-not-at-top
   device_id_type = getattr(pallas_primitives, "DeviceIdType", None)

@@ -21,6 +21,7 @@ import numpy as np
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import dtypes
+from jaxpr_io import pallas
 from jaxpr_io import records  # noqa: F401  (registers JAX's record codecs)
 from jaxpr_io import registry
 from jaxpr_io.compat import symbolic
@@ -272,6 +273,14 @@ def encode_merged_jaxpr(w, v, out, depth):
           "jaxpr_io/vocabulary.py:OPEN_JAXPR_PARAMS)")
     encode_jaxpr(w, v, out, depth)
   else:
+    if any(map(compat.is_tracer, v.consts)):
+      # E.g. a Pallas `run_scoped` body that closes over the kernel's refs:
+      # JAX 0.11+ keeps the enclosing trace's refs as its constants.
+      raise UnsupportedError(
+          "a jaxpr holds tracers of the trace that made it as constants "
+          "(under JAX 0.11+, a Pallas `run_scoped` body that closes over "
+          "the kernel's refs); allocate the scratch with `scratch_shapes` "
+          "or pass the refs to the body instead of closing over them")
     encode_closed_jaxpr(w, v, out, depth)
 
 
@@ -388,6 +397,10 @@ ENCODERS: dict[type, Encoder] = {
     compat.AbstractRef: encode_aval,
     compat.AbstractToken: encode_aval,
 }
+# Ref aval subclasses stored as refs (jaxpr_io/pallas.py: Mosaic GPU's WGMMA
+# accumulator).
+for _ref_class in pallas.ref_classes():
+  ENCODERS[_ref_class] = encode_aval
 for _dtype in dtypes.DTYPE_TO_ENUM:
   ENCODERS[type(_dtype)] = encode_dtype
   if _dtype.itemsize:  # not float0, whose scalar type is numpy.void

@@ -22,6 +22,7 @@ from jaxpr_io import container
 from jaxpr_io.compat import symbolic
 from jaxpr_io import dtypes
 from jaxpr_io import library_codecs
+from jaxpr_io import pallas
 from jaxpr_io import params
 from jaxpr_io import pytrees
 from jaxpr_io import registry
@@ -259,7 +260,13 @@ class Writer:
     if t is compat.AbstractToken:
       out.token.SetInParent()
       return
-    if t is compat.AbstractRef:
+    if pallas.is_ref_class(t):
+      if pallas.ref_class(aval.memory_space) is not t:
+        raise UnsupportedError(
+            f"a ref of type {t.__name__} in memory space "
+            f"{aval.memory_space!r:.60} cannot be stored: the format reads "
+            f"every ref in that memory space as a "
+            f"{pallas.ref_class(aval.memory_space).__name__}")
       inner = aval.inner_aval
       if type(inner) is not compat.ShapedArray:
         raise UnsupportedError(f"a ref to a value of type {inner} cannot be "

@@ -117,7 +117,31 @@ def markdown(paths) -> str:
     text = ", ".join(f"`{p}`: {'/'.join(sorted(k))}"
                      for p, k in sorted(params.items())) or "(not traced)"
     lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {text} |")
-  return "\n".join(lines) + "\n"
+  return "\n".join(lines) + "\n" + _OWN_NAMES
+
+
+# Primitives whose JAX name another primitive has too: the format's names
+# for them (jaxpr_io.compat.MODULE_PRIMITIVE_NAMES), the same on every
+# release. Kept here because the table above lists the harness suite's
+# primitives, which do not include kernel primitives.
+_OWN_NAMES = """
+## Names of their own
+
+A JAX primitive whose name another JAX primitive has too is stored under a
+name of its own (`jaxpr_io.compat.MODULE_PRIMITIVE_NAMES`), the same on
+every release:
+
+| name in the file | JAX's name | defined in |
+| --- | --- | --- |
+| `mosaic_gpu.load` | `load` | `jax._src.pallas.mosaic_gpu.primitives` |
+| `mosaic_gpu.store` | `store` (0.12) | `jax._src.pallas.mosaic_gpu.primitives` |
+| `mosaic_gpu.semaphore_signal` | `semaphore_signal` | `jax._src.pallas.mosaic_gpu.primitives` |
+| `mosaic_gpu.semaphore_wait` | `semaphore_wait` | `jax._src.pallas.mosaic_gpu.primitives` |
+
+Kernel primitives that JAX 0.12 renamed keep their earlier names in files:
+`debug_barrier_p` (Triton), `wgmma_accumulator_deref_p`,
+`wgmma_accumulator_store_p` and `set_max_registers_p` (Mosaic GPU).
+"""
 
 
 if __name__ == "__main__":

@@ -47,6 +47,11 @@ NOT_STORABLE = {
     "thunky.ptx_kernel": "launches the PTX kernel its params hold on the "
                          "XLA:GPU thunk executor (native code chosen by the "
                          "file; JAX 0.12)",
+    "inline_mgpu": "Mosaic GPU inline kernels: a Python function of the "
+                   "writing process that emits MLIR while lowering (code, "
+                   "which a file must never choose)",
+    "inline_mgpu_p": "Mosaic GPU inline kernels (JAX 0.10's and 0.11's "
+                     "name)",
     "_copysign": "bound only inside Mosaic GPU's lowering rule of `sign` "
                  "(while a kernel is lowered), never in a traced program",
     "custom_fusion": "the Pallas fuser's rules (eval, pull and push block "
@@ -59,14 +64,14 @@ NOT_STORABLE = {
                "file holds no code",
 }
 
-# name (or "pallas:*" for every primitive of jax._src.pallas and
-# jax.experimental.pallas) -> what storing it still needs. Of the Pallas
-# gaps outside Mosaic GPU and SparseCore:
+# name (or "pallas:M" for every primitive of the Pallas module
+# jax._src.pallas.M and its submodules) -> what storing it still needs.
+# pallas_call, the core kernel primitives and those of Mosaic TPU, Triton and
+# Mosaic GPU are storable (see PARAM_GAPS for their exceptions). Of the rest:
 # * mpmd_map: its params need a codec for the kernels' meshes (Mosaic TPU's
 #   TensorCoreMesh, a dataclass like the others of jaxpr_io/pallas.py) and
-#   the pallas_call compiler-params screen; but a TPU-mesh kernel reads and
-#   writes its operands (in HBM) only with DMAs (storable since format
-#   version 5), and 0.10's TensorCoreMesh is another class.
+#   the pallas_call compiler-params screen; 0.10's TensorCoreMesh is another
+#   class. plgpu.kernel launches Mosaic GPU kernels with it.
 # * emit_pipeline, pipeline_body: Mosaic TPU's software pipeline, whose
 #   bodies copy blocks with DMAs and semaphores, plus codecs for its
 #   GridMapping and tracing-registry treedefs.
@@ -76,17 +81,33 @@ NOT_STORABLE = {
 #   dtype classes (the format's extended-dtype TypeRef, version 5, then
 #   stores them as records).
 KNOWN_GAPS = {
-    "pallas:*": "the backend-specific Pallas primitives (Mosaic TPU "
-                "pipelines, Mosaic GPU, SparseCore, mpmd_map) and the "
-                "fuser's pack_dtype/unpack_dtype (user-defined fusion "
-                "dtypes); pallas_call and the core kernel primitives are "
-                "storable",
+    "pallas:mosaic.sc_primitives": "SparseCore kernel primitives",
+    "pallas:mosaic.pipeline": "Mosaic TPU's emit_pipeline/pipeline_body",
+    "pallas:fuser": "the Pallas fuser's pack_dtype and unpack_dtype "
+                    "(user-defined fusion dtypes)",
+    "pallas:mpmd": "mpmd_map (Mosaic TPU core meshes, plgpu.kernel's launch)",
 }
 
 
 # Primitives jaxpr_io's table knows by name on some releases, whose params
 # it cannot store yet: gaps, not storable.
-PARAM_GAPS: dict[str, str] = {}
+PARAM_GAPS = {
+    # Mosaic GPU's tensor memory (Blackwell tcgen05): a TMEM ref aval
+    # (AbstractTMEMRef, an AbstractRef with a TMEM layout and a collective
+    # flag) has no encoding in format version 5.
+    **dict.fromkeys(
+        ("tcgen05_mma", "async_load", "async_store_tmem",
+         "async_copy_smem_to_tmem", "async_copy_scales_to_tmem",
+         "async_copy_sparse_metadata_to_tmem"),
+        "Mosaic GPU TMEM: its TMEM ref avals (AbstractTMEMRef) have no "
+        "encoding yet"),
+    # Mosaic GPU multicast: the MulticastRef transform (a mutable dataclass)
+    # has no codec.
+    **dict.fromkeys(
+        ("multimem_store", "multimem_load_reduce",
+         "semaphore_signal_multicast"),
+        "Mosaic GPU multicast refs (plgpu.multicast_ref) have no codec yet"),
+}
 
 
 def census() -> dict[str, tuple[object, str]]:
@@ -114,8 +135,13 @@ def census() -> dict[str, tuple[object, str]]:
 
 
 def _gap_key(name: str, module: str) -> str | None:
-  if ".pallas" in module or ".mosaic" in module and name != "mosaic_gpu_p":
-    return "pallas:*"
+  if module.startswith("jax._src.pallas."):
+    rest = module[len("jax._src.pallas."):]
+    for key in KNOWN_GAPS:
+      if key.startswith("pallas:") and (rest == key[7:]
+                                        or rest.startswith(key[7:] + ".")):
+        return key
+    return None
   return name.split("@")[0] if name.split("@")[0] in KNOWN_GAPS else None
 
 

@@ -167,6 +167,10 @@ def is_inexact(dtype) -> bool:
   return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
+def is_tracer(x) -> bool:
+  return isinstance(x, core.Tracer)
+
+
 def is_key_array(x) -> bool:
   return isinstance(x, prng.PRNGKeyArray)
 
@@ -278,6 +282,7 @@ PRIMITIVE_MODULES = (
     "jax._src.pallas.pallas_call", "jax._src.pallas.primitives",
     "jax._src.pallas.core", "jax._src.pallas.mosaic.primitives",
     "jax._src.pallas.triton.primitives",
+    "jax._src.pallas.mosaic_gpu.primitives", "jax._src.pallas.mosaic_gpu.core",
     "jax._src.program_order",  # 0.12; 0.11 defines it in jax._src.pjit
     # Key-reuse checking (consume, assert_consumed_value) and the multihost
     # data movement helpers: JAX's own, in jax.experimental.
@@ -300,7 +305,25 @@ EXCLUDED_PRIMITIVES = frozenset({
     "elementwise_inline_asm", "elementwise_inline_asm_p",
     # thunky's PTX kernel launch (the PTX text is in its params).
     "thunky.ptx_kernel",
+    # Mosaic GPU's inline kernels: a Python function that emits MLIR while
+    # lowering (0.10 and 0.11 name it with a `_p`).
+    "inline_mgpu", "inline_mgpu_p",
+    # Mosaic GPU's lowering binds it while lowering `sign`; no traced program
+    # holds it.
+    "_copysign",
 })
+
+# Primitives whose JAX name is another JAX primitive's too: (module, JAX
+# name) -> the name the format gives it. The names are the vocabulary's
+# (schema/VOCABULARY.md) and stay the same on every release.
+MODULE_PRIMITIVE_NAMES = {
+    ("jax._src.pallas.mosaic_gpu.primitives", "load"): "mosaic_gpu.load",
+    ("jax._src.pallas.mosaic_gpu.primitives", "store"): "mosaic_gpu.store",
+    ("jax._src.pallas.mosaic_gpu.primitives", "semaphore_signal"):
+        "mosaic_gpu.semaphore_signal",
+    ("jax._src.pallas.mosaic_gpu.primitives", "semaphore_wait"):
+        "mosaic_gpu.semaphore_wait",
+}
 
 # Serialized primitive names written by older JAX releases -> today's name.
 PRIMITIVE_RENAMES = {
@@ -319,11 +342,13 @@ def builtin_primitives() -> dict[str, Any]:
     for value in vars(module).values():
       if (isinstance(value, core.Primitive)
           and value.name not in EXCLUDED_PRIMITIVES):
-        other = table.setdefault(value.name, value)
+        name = MODULE_PRIMITIVE_NAMES.get((module_name, value.name),
+                                          value.name)
+        other = table.setdefault(name, value)
         if other is not value:
           raise RuntimeError(
-              f"two JAX primitives are named {value.name!r} (one in "
-              f"{module_name}); add a rename to jaxpr_io.compat")
+              f"two JAX primitives are named {name!r} (one in "
+              f"{module_name}); add it to compat.MODULE_PRIMITIVE_NAMES")
   return table
 
 
@@ -391,6 +416,14 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                       "jax.experimental.key_reuse._core:assert_effect"),
                      ("jax.buffer_callback",
                       "jax._src.buffer_callback:_BufferCallbackEffect"),
+                     # Mosaic GPU kernels' memory ordering, WGMMA pipeline
+                     # and (0.12) programmatic dependent launch.
+                     ("jax.pallas.gpu.memory",
+                      "jax._src.pallas.mosaic_gpu.core:_memory_effect"),
+                     ("jax.pallas.gpu.wgmma_pipeline",
+                      "jax._src.pallas.mosaic_gpu.core:_wgmma_pipeline_effect"),
+                     ("jax.pallas.gpu.pdl",
+                      "jax._src.pallas.mosaic_gpu.core:_pdl_effect"),
                      # Mosaic TPU kernels' PRNG state, traces and MXU.
                      ("jax.pallas.tpu.prng",
                       "jax._src.pallas.mosaic.primitives:prng_effect"),

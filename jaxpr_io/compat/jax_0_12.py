@@ -2,19 +2,26 @@
 detects 0.12's `no_collectives` context setting). What 0.12 added to the
 vocabulary, `erfc`'s `accuracy` param, is an optional param
 (`vocabulary.OPTIONAL_PARAMS`). 0.12 renamed Triton's `debug_barrier_p`
-primitive to `debug_barrier`; files keep the earlier name."""
+primitive to `debug_barrier`, and Mosaic GPU's `wgmma_accumulator_deref_p`,
+`wgmma_accumulator_store_p` and `set_max_registers_p` the same way; files
+keep the earlier names."""
 
 from __future__ import annotations
 
 from jaxpr_io.compat.jax_0_11 import Jax011
 
 
+# This release's name -> the name files hold (0.10's and 0.11's).
+_P_SUFFIX_DROPPED = {name: name + "_p" for name in (
+    "debug_barrier", "wgmma_accumulator_deref", "wgmma_accumulator_store",
+    "set_max_registers")}
+
+
 class Jax012(Jax011):
   release_line = "0.12"
-  name_to_format = {**Jax011.name_to_format,
-                    "debug_barrier": "debug_barrier_p"}
+  name_to_format = {**Jax011.name_to_format, **_P_SUFFIX_DROPPED}
   name_from_format = {**Jax011.name_from_format,
-                      "debug_barrier_p": "debug_barrier"}
+                      **{v: k for k, v in _P_SUFFIX_DROPPED.items()}}
 
 
 ADAPTER = Jax012()
