@@ -64,6 +64,12 @@ Changelog (newest last):
     the forms of versions 1-4. The new dtype `EXTENDED` with
     `TypeRef.extended` stores an extended element type (Pallas semaphores,
     Mosaic GPU barriers) as a record of a type the reader registers.
+    A ref in Mosaic GPU's REGS memory space is a WGMMA accumulator
+    (`AbstractRef.memory_space`). The primitives of Mosaic GPU (four under
+    names of their own, `mosaic_gpu.load` and so on), Mosaic TPU's DMAs and
+    semaphores, JAX 0.12's thunky, the cuDNN RNN, `einshape_lo` and
+    `remove_memory_space` join the vocabulary, with the effects
+    `jax.pallas.semaphore`, `jax.pallas.gpu.*` and `jax.thunky`.
     Readers of version 5 read versions 1 to 4.
 """
 
