@@ -93,3 +93,31 @@ def dims(aval_msg):
     for d in sizes:
       sa.shape.add().size = d
   return sa.shape
+
+
+def values(msg):
+  """Every param value of `msg`'s param sets and, recursively, its parts."""
+  stack = [p.value for ps in msg.param_sets for p in ps.params]
+  while stack:
+    v = stack.pop()
+    yield v
+    kind = v.WhichOneof("kind")
+    if kind in ("tuple", "frozenset"):
+      stack += getattr(v, kind).items
+    elif kind == "record":
+      stack += v.record.fields
+
+
+def unpack_version_5(msg, kinds=("ints", "bools")) -> None:
+  """Rewrites version 5's packed values (of `kinds`) and shapes in the
+  forms of versions 1-4: tuples of `Value`s and `Dim`s."""
+  for v in values(msg):
+    kind = v.WhichOneof("kind")
+    if kind in ("ints", "bools") and kind in kinds:
+      items = list(getattr(v, kind).items)
+      v.tuple.SetInParent()  # clears the oneof's other member
+      for x in items:
+        setattr(v.tuple.items.add(), kind[:-1], x)
+  for a in msg.avals:
+    if a.WhichOneof("kind") == "shaped_array":
+      dims(a)

@@ -28,17 +28,7 @@ def _prog():
   return jaxpr_io.trace(f, jnp.ones((6, 4)), jnp.ones((2,)))
 
 
-def _values(msg):
-  """Every top-level param value and, recursively, its parts."""
-  stack = [p.value for ps in msg.param_sets for p in ps.params]
-  while stack:
-    v = stack.pop()
-    yield v
-    kind = v.WhichOneof("kind")
-    if kind in ("tuple", "frozenset"):
-      stack += getattr(v, kind).items
-    elif kind == "record":
-      stack += v.record.fields
+_values = proto_edit.values
 
 
 def _edited(data: bytes, mutate) -> bytes:
@@ -77,27 +67,10 @@ def test_symbolic_shapes_keep_their_dims():
   assert_roundtrip(prog, check=False)
 
 
-def _unpack(msg):
-  """The version 1-4 forms of every packed value and shape of `msg`."""
-  for v in _values(msg):
-    kind = v.WhichOneof("kind")
-    if kind in ("ints", "bools"):
-      items = list(getattr(v, kind).items)
-      v.tuple.SetInParent()  # clears the oneof's other member
-      for x in items:
-        setattr(v.tuple.items.add(), kind[:-1], x)
-  for a in msg.avals:
-    if a.WhichOneof("kind") == "shaped_array" and a.shaped_array.sizes:
-      sizes = list(a.shaped_array.sizes)
-      del a.shaped_array.sizes[:]
-      for d in sizes:
-        a.shaped_array.shape.add().size = d
-
-
 def test_the_forms_of_versions_1_to_4_still_read():
   prog = _prog()
   data = jaxpr_io.dumps(prog)
-  unpacked = _edited(data, _unpack)
+  unpacked = _edited(data, proto_edit.unpack_version_5)
   assert unpacked != data
   loaded = jaxpr_io.loads(unpacked, check=True, trusted=True)
   assert str(loaded.closed_jaxpr) == str(prog.closed_jaxpr)
@@ -110,22 +83,11 @@ def test_a_version_4_file_cannot_hold_the_packed_forms(field):
 
   def mutate(msg):
     msg.format_version = 4
-    if field == "sizes":
-      return
     # Keep this field's packed form only; the others as version 4 had them.
-    for v in _values(msg):
-      kind = v.WhichOneof("kind")
-      if kind in ("ints", "bools") and kind != field:
-        items = list(getattr(v, kind).items)
-        v.tuple.SetInParent()
-        for x in items:
-          setattr(v.tuple.items.add(), kind[:-1], x)
-    for a in msg.avals:
-      if a.WhichOneof("kind") == "shaped_array" and a.shaped_array.sizes:
-        sizes = list(a.shaped_array.sizes)
-        del a.shaped_array.sizes[:]
-        for d in sizes:
-          a.shaped_array.shape.add().size = d
+    if field != "sizes":
+      proto_edit.unpack_version_5(msg, kinds={"ints", "bools"} - {field})
+      for a in msg.avals:
+        proto_edit.dims(a)
 
   bad = proto_edit.reframe(_mutated(data, mutate), data, format_version=4)
   with pytest.raises(jaxpr_io.FormatError, match=f"{field}|version"):
