@@ -23,6 +23,7 @@ from untrusted files.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import enum
 from typing import Any
 
@@ -183,6 +184,18 @@ def _register_gpu_transforms(gpu_core) -> None:
       _record_by_field_name(cls, f"jax.pallas.gpu.{attr}")
 
 
+def _register_optional_enum(module_name: str, attr: str, name: str) -> None:
+  """Registers enum `attr` of JAX's module `module_name` as `name`, where
+  this jaxlib has that module (a backend's bindings may be absent)."""
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError:
+    return
+  cls = getattr(module, attr, None)
+  if cls is not None:
+    registry.register_enum(cls, name=name)
+
+
 def _register() -> None:
   if _pallas is None:
     return
@@ -223,36 +236,19 @@ def _register() -> None:
       "WGMMAAbstractAccumulatorRef")
   if accumulator is not None:
     _REF_CLASSES[_pallas["gpu"].MemorySpace.REGS] = accumulator
-  # How Mosaic GPU's TMA copies fill what lies out of bounds.
-  try:
-    from jax.experimental.mosaic.gpu import launch_context  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    launch_context = None
-  oob_fill_mode = getattr(launch_context, "OOBFillMode", None)
-  if oob_fill_mode is not None:
-    registry.register_enum(oob_fill_mode, name="jax.pallas.gpu.OOBFillMode")
-  # Mosaic GPU's atomic stores (plgpu.atomic_add, ...) name their kind with
-  # an enum of their own.
-  try:
-    from jax._src.pallas.mosaic_gpu import primitives as gpu_primitives  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    gpu_primitives = None
-  gpu_atomic = getattr(gpu_primitives, "AtomicOpType", None)
-  if gpu_atomic is not None:
-    registry.register_enum(gpu_atomic, name="jax.pallas.gpu.AtomicOpType")
-  # How remote DMAs and semaphore signals name a device.
-  from jax._src.pallas import primitives as pallas_primitives  # pylint: disable=g-import-not-at-top
-  device_id_type = getattr(pallas_primitives, "DeviceIdType", None)
-  if device_id_type is not None:
-    registry.register_enum(device_id_type, name="jax.pallas.DeviceIdType")
-  # Triton's atomic operations name their kind with an enum of their own.
-  try:
-    from jax._src.pallas.triton import primitives as triton_primitives  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    triton_primitives = None
-  if triton_primitives is not None:
-    registry.register_enum(triton_primitives.AtomicOpType,
-                           name="jax.pallas.triton.AtomicOpType")
+  # Enums of the kernel primitives' params: how Mosaic GPU's TMA copies fill
+  # what lies out of bounds, the kinds of Mosaic GPU's and Triton's atomic
+  # operations, and how remote DMAs and semaphore signals name a device.
+  for module, attr, name in (
+      ("jax.experimental.mosaic.gpu.launch_context", "OOBFillMode",
+       "jax.pallas.gpu.OOBFillMode"),
+      ("jax._src.pallas.mosaic_gpu.primitives", "AtomicOpType",
+       "jax.pallas.gpu.AtomicOpType"),
+      ("jax._src.pallas.primitives", "DeviceIdType",
+       "jax.pallas.DeviceIdType"),
+      ("jax._src.pallas.triton.primitives", "AtomicOpType",
+       "jax.pallas.triton.AtomicOpType")):
+    _register_optional_enum(module, attr, name)
   for short, module in _pallas.items():
     params = vars(module).get("CompilerParams")
     if short != "core" and params is not None:

@@ -211,7 +211,7 @@ def test_a_transformed_scratch_ref_must_hold_a_ref():
     data = jaxpr_io.dumps(jaxpr_io.trace(f, np.ones((64, 128), np.float16)))
   msg = proto_edit.message(data)
   type_index = list(msg.strings).index("jax.pallas.TransformedRef")
-  records = [v.record for v in _values(msg) if v.WhichOneof("kind") == "record"
+  records = [v.record for v in proto_edit.values(msg) if v.WhichOneof("kind") == "record"
              and v.record.type == type_index]
   assert records
   (ref_field,) = [f for f in records[0].fields
@@ -220,19 +220,6 @@ def test_a_transformed_scratch_ref_must_hold_a_ref():
   ref_field.tuple.items[1].int = 3
   with pytest.raises(jaxpr_io.FormatError, match="is not a ref aval"):
     jaxpr_io.loads(proto_edit.reframe(msg, data))
-
-
-def _values(msg):
-  """Every `Value` message in the param sets of `msg`, depth first."""
-  stack = [p.value for s in msg.param_sets for p in s.params]
-  while stack:
-    v = stack.pop()
-    yield v
-    kind = v.WhichOneof("kind")
-    if kind == "tuple":
-      stack.extend(v.tuple.items)
-    elif kind == "record":
-      stack.extend(v.record.fields)
 
 
 def test_each_name_of_its_own_is_documented_and_binds_its_module():
