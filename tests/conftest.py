@@ -12,3 +12,36 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 # Keras 3 picks its backend when first imported, possibly by another library
 # (tests/zoo2.py's keras3_mlp needs the JAX backend).
 os.environ["KERAS_BACKEND"] = "jax"
+
+
+# Primitive coverage (issue 12: "covered" means a test program that uses the
+# primitive round-trips). With JAXPR_IO_COVERAGE=FILE, every program that
+# jaxpr_io's reader rebuilds in this pytest process is walked, and at the end
+# the census keys (tests/primitive_census.py) of the primitives it used are
+# added to FILE, one per line. `python -m tests.primitive_census --coverage
+# FILE` then names every storable primitive that no test round-tripped.
+# Only programs read back count; programs in subprocesses are not seen.
+_COVERAGE = os.environ.get("JAXPR_IO_COVERAGE")
+_SEEN_PRIMITIVES: set = set()
+
+if _COVERAGE:
+  from jaxpr_io import reader as _reader
+  from jaxpr_io import validate as _validate
+
+  _original_read = _reader.read
+
+  def _recording_read(*args, **kwargs):
+    result = _original_read(*args, **kwargs)
+    for jaxpr in _validate.walk_jaxprs(result[0].jaxpr):
+      _SEEN_PRIMITIVES.update(eqn.primitive for eqn in jaxpr.eqns)
+    return result
+
+  _reader.read = _recording_read
+
+
+def pytest_sessionfinish(session, exitstatus):
+  del session, exitstatus
+  if not _COVERAGE:
+    return
+  from tests import primitive_census
+  primitive_census.add_coverage(_COVERAGE, _SEEN_PRIMITIVES)

@@ -2,6 +2,8 @@
 does with each.
 
     python -m tests.primitive_census      # prints the census and the gaps
+    JAXPR_IO_COVERAGE=cov.txt python -m pytest -q tests/
+    python -m tests.primitive_census --coverage cov.txt   # and untested ones
 
 `census()` imports every module under `jax._src` and `jax.experimental`
 (those that import on this machine) and collects the `Primitive` objects
@@ -19,8 +21,11 @@ they hold at module level. Each is then one of:
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import os
 import pkgutil
+import sys
 import warnings
 
 import jax  # noqa: F401
@@ -169,9 +174,45 @@ def summary(result) -> str:
           f"{len(result['gap'])} not yet storable (known gaps)")
 
 
+def add_coverage(path: str, seen_primitives) -> None:
+  """Adds to the file at `path` the census keys of `seen_primitives` (the
+  primitive objects of programs that tests round-tripped; tests/conftest.py
+  collects them). Keys, not names: census keys tell apart primitives that
+  share a name."""
+  keys = {key for key, (prim, _) in census().items() if prim in seen_primitives}
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      keys.update(line.strip() for line in f if line.strip())
+  with open(path, "w", encoding="utf-8") as f:
+    f.writelines(key + "\n" for key in sorted(keys))
+
+
+def uncovered(result, path: str) -> list[tuple[str, str]]:
+  """The storable primitives of `result` (`classify()`) that no test
+  program recorded in `path` (`add_coverage`) used."""
+  with open(path, encoding="utf-8") as f:
+    seen = {line.strip() for line in f}
+  return [(name, module) for name, module in result["storable"]
+          if name not in seen]
+
+
 if __name__ == "__main__":
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--coverage", metavar="FILE",
+                      help="also list the storable primitives that no test "
+                           "round-tripped (FILE from JAXPR_IO_COVERAGE), "
+                           "and exit 1 if there are any")
+  cli = parser.parse_args()
   classes = classify()
   print(f"jax {jax.__version__}: {summary(classes)}")
   for kind in ("listed", "gap", "unaccounted"):
     for name, module in classes[kind]:
       print(f"  {kind:<11} {name:<40} {module}")
+  if cli.coverage:
+    missing = uncovered(classes, cli.coverage)
+    print(f"{len(classes['storable']) - len(missing)} of "
+          f"{len(classes['storable'])} storable primitives round-tripped by a "
+          f"test program ({cli.coverage})")
+    for name, module in missing:
+      print(f"  untested    {name:<40} {module}")
+    sys.exit(1 if missing else 0)
