@@ -142,6 +142,68 @@ def _singleton_record(cls, name: str) -> None:
 _REF_CLASSES: dict[Any, type] = {}
 
 
+@dataclasses.dataclass(frozen=True)
+class TMEMRefAttributes:
+  """What a Mosaic GPU TMEM ref aval (`AbstractTMEMRef`, Blackwell tensor
+  memory) holds beyond a plain ref: its `tcgen05.TMEMLayout` and whether it
+  is allocated across a CTA pair (`collective`). JAX's TMEM ref never has a
+  `kind`, so the format stores these as a record in the ref's `kind` field
+  (jaxpr.proto, `AbstractRef.kind`). Never part of a program: only the
+  file's spelling of those two fields."""
+  layout: Any
+  collective: bool
+
+
+def _tmem_attributes_problem(kwargs) -> str | None:
+  if type(kwargs.get("collective")) is not bool:
+    return f"collective {kwargs.get('collective')!r:.80} is not a bool"
+  if type(kwargs.get("layout")) is not _TMEM_LAYOUT:
+    return (f"layout {kwargs.get('layout')!r:.80} is not a Mosaic GPU "
+            "TMEMLayout")
+  return None
+
+
+_TMEM_LAYOUT: Any = None  # tcgen05.TMEMLayout, where Mosaic GPU imports
+
+
+def stored_ref_kind(aval):
+  """The value the format stores in a ref aval's `kind` field: the kind of
+  a plain ref, the layout and collective flag of a TMEM ref, None for a
+  WGMMA accumulator (which has no kind)."""
+  t = type(aval)
+  if t is compat.AbstractRef:
+    return aval.kind
+  if t is _TMEM_REF:
+    return TMEMRefAttributes(aval.layout, aval.collective)
+  return None
+
+
+def build_ref(inner, memory_space, kind):
+  """The ref aval a file describes: `ref_class(memory_space)` built from
+  the inner aval and the stored `kind` (see `stored_ref_kind`). Raises
+  FormatError where the kind does not fit the memory space's class."""
+  cls = ref_class(memory_space)
+  if cls is compat.AbstractRef:
+    if type(kind) is TMEMRefAttributes:
+      raise FormatError(f"a ref in memory space {memory_space!r:.60} has "
+                        "TMEM attributes, which only a TMEM ref has")
+    return compat.AbstractRef(inner, memory_space, kind)
+  if cls is _TMEM_REF:
+    if type(kind) is not TMEMRefAttributes:
+      raise FormatError(f"a TMEM ref has kind {kind!r:.80}, not its layout "
+                        f"and collective flag (a {_TMEM_ATTRIBUTES_NAME} "
+                        "record)")
+    return cls(inner, memory_space, kind.layout, kind.collective)
+  if kind is not None:
+    raise FormatError(f"a ref in memory space {memory_space!r:.60} (a "
+                      f"{cls.__name__}) has a kind, {kind!r:.80}")
+  return cls(inner, memory_space)
+
+
+_TMEM_REF: Any = None  # AbstractTMEMRef, where Mosaic GPU imports
+_TMEM_ATTRIBUTES_NAME = "jax.pallas.gpu.TMEMRefAttributes"
+
+
 def ref_class(memory_space) -> type:
   """The ref aval class of refs in `memory_space`."""
   try:
@@ -182,6 +244,28 @@ def _register_gpu_transforms(gpu_core) -> None:
         and (state_types.Transform in cls.__mro__
              or attr in ("ReducedLayout", "ParameterizedLayout"))):
       _record_by_field_name(cls, f"jax.pallas.gpu.{attr}")
+
+
+def _register_tmem(gpu_core) -> None:
+  """Mosaic GPU's TMEM refs (Blackwell tensor memory): every ref in the
+  TMEM memory space is an `AbstractTMEMRef`, whose layout is a
+  `tcgen05.TMEMLayout` (a `TiledLayout`: a `Tiling` and the warp, lane and
+  vector dimensions, some of them `Replicated`), all frozen dataclasses of
+  plain fields."""
+  global _TMEM_LAYOUT, _TMEM_REF
+  tmem_ref = vars(gpu_core or object).get("AbstractTMEMRef")
+  if tmem_ref is None:
+    return
+  from jax.experimental.mosaic.gpu import fragmented_array, tcgen05  # pylint: disable=g-import-not-at-top
+  for cls, name in ((fragmented_array.Tiling, "Tiling"),
+                    (fragmented_array.Replicated, "Replicated"),
+                    (fragmented_array.TiledLayout, "TiledLayout"),
+                    (tcgen05.TMEMLayout, "TMEMLayout")):
+    _record_by_field_name(cls, f"jax.mosaic_gpu.{name}")
+  _TMEM_LAYOUT, _TMEM_REF = tcgen05.TMEMLayout, tmem_ref
+  _record_by_field_name(TMEMRefAttributes, _TMEM_ATTRIBUTES_NAME,
+                        check=_tmem_attributes_problem)
+  _REF_CLASSES[gpu_core.MemorySpace.TMEM] = tmem_ref
 
 
 def _register_optional_enum(module_name: str, attr: str, name: str) -> None:
@@ -236,6 +320,7 @@ def _register() -> None:
       "WGMMAAbstractAccumulatorRef")
   if accumulator is not None:
     _REF_CLASSES[_pallas["gpu"].MemorySpace.REGS] = accumulator
+  _register_tmem(_pallas.get("gpu"))
   # Enums of the kernel primitives' params: how Mosaic GPU's TMA copies fill
   # what lies out of bounds, the kinds of Mosaic GPU's and Triton's atomic
   # operations, and how remote DMAs and semaphore signals name a device.

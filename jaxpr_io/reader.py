@@ -328,14 +328,8 @@ class Reader:
           and type(value) not in registry.RECORDS.by_key:
         raise FormatError(f"a ref's {what} {value!r:.80} is not None or a "
                           "registered enum member or record")
-    cls = pallas.ref_class(memory_space)
-    if cls is not compat.AbstractRef and kind is not None:
-      raise FormatError(f"a ref in memory space {memory_space!r:.60} (a "
-                        f"{cls.__name__}) has a kind, {kind!r:.80}")
     try:
-      if cls is not compat.AbstractRef:
-        return cls(inner, memory_space)
-      return compat.AbstractRef(inner, memory_space, kind)
+      return pallas.build_ref(inner, memory_space, kind)
     except (TypeError, ValueError) as e:
       raise FormatError(f"ref aval cannot be rebuilt: {e}") from None
 

@@ -189,11 +189,15 @@ class Writer:
     # JAX interns avals, so identity finds most of them without hashing.
     index = self._aval_ids.get(id(aval))
     if index is None:
-      index = self._avals.get(aval)
+      # A ref aval's equality leaves out its kind (and a TMEM ref's layout
+      # and collective flag): refs that differ only there are distinct avals.
+      key = ((aval, pallas.stored_ref_kind(aval))
+             if pallas.is_ref_class(type(aval)) else aval)
+      index = self._avals.get(key)
       if index is None:
         message = pb.Aval()
         self._encode_aval(aval, message)
-        index = self._avals[aval] = len(self.msg.avals)
+        index = self._avals[key] = len(self.msg.avals)
         self.msg.avals.append(message)
       self._aval_ids[id(aval)] = index
       self._keepalive.append(aval)
@@ -275,8 +279,9 @@ class Writer:
       ref.inner_aval = self.aval(inner)  # interned first: a smaller index
       if aval.memory_space is not None:
         params.encode_value(self, aval.memory_space, ref.memory_space)
-      if aval.kind is not None:
-        params.encode_value(self, aval.kind, ref.kind)
+      kind = pallas.stored_ref_kind(aval)
+      if kind is not None:
+        params.encode_value(self, kind, ref.kind)
       return
     if t is not compat.ShapedArray:
       raise UnsupportedError(

@@ -72,7 +72,8 @@ NOT_STORABLE = {
 # name (or "pallas:M" for every primitive of the Pallas module
 # jax._src.pallas.M and its submodules) -> what storing it still needs.
 # pallas_call, the core kernel primitives and those of Mosaic TPU, Triton and
-# Mosaic GPU are storable (see PARAM_GAPS for their exceptions). Of the rest:
+# Mosaic GPU (its TMEM and multicast primitives too: tests/test_pallas_tmem.py)
+# are storable. Of the rest:
 # * mpmd_map: its params need a codec for the kernels' meshes (Mosaic TPU's
 #   TensorCoreMesh, a dataclass like the others of jaxpr_io/pallas.py) and
 #   the pallas_call compiler-params screen; 0.10's TensorCoreMesh is another
@@ -95,24 +96,9 @@ KNOWN_GAPS = {
 
 
 # Primitives jaxpr_io's table knows by name on some releases, whose params
-# it cannot store yet: gaps, not storable.
-PARAM_GAPS = {
-    # Mosaic GPU's tensor memory (Blackwell tcgen05): a TMEM ref aval
-    # (AbstractTMEMRef, an AbstractRef with a TMEM layout and a collective
-    # flag) has no encoding in format version 5.
-    **dict.fromkeys(
-        ("tcgen05_mma", "async_load", "async_store_tmem",
-         "async_copy_smem_to_tmem", "async_copy_scales_to_tmem",
-         "async_copy_sparse_metadata_to_tmem"),
-        "Mosaic GPU TMEM: its TMEM ref avals (AbstractTMEMRef) have no "
-        "encoding yet"),
-    # Mosaic GPU multicast: the MulticastRef transform (a mutable dataclass)
-    # has no codec.
-    **dict.fromkeys(
-        ("multimem_store", "multimem_load_reduce",
-         "semaphore_signal_multicast"),
-        "Mosaic GPU multicast refs (plgpu.multicast_ref) have no codec yet"),
-}
+# it cannot store yet: gaps, not storable. None today (Mosaic GPU's TMEM and
+# multicast primitives were the last).
+PARAM_GAPS: dict[str, str] = {}
 
 
 def census() -> dict[str, tuple[object, str]]:

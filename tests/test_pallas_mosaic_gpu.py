@@ -25,8 +25,8 @@ Ampere `mma` from 0.11, `mosaic_gpu.store` and `barrier_arrive_and_wait` in
 0.12), and Blackwell's tensor-core synchronization (`commit_tmem`,
 `wait_load_tmem`, `tcgen05_commit_arrive`, traced and lowered for a B200).
 `inline_mgpu` (a Python function that emits MLIR) is never stored. The
-primitives that take TMEM refs (`tcgen05_mma`, ...) and multicast refs are
-census gaps (tests/primitive_census.py)."""
+primitives that take TMEM refs (`tcgen05_mma`, ...) and the multicast ones
+are tests/test_pallas_tmem.py's."""
 
 from __future__ import annotations
 
@@ -374,7 +374,7 @@ def _tensor_core_sync_kernel(x_gmem, o_gmem, x_smem, barrier, tc_barrier):
 
 
 def test_blackwell_tensor_core_synchronization():
-  # Traced and lowered for a B200. The TMEM refs themselves are gaps.
+  # Traced and lowered for a B200 (TMEM refs: tests/test_pallas_tmem.py).
   f = _call(_tensor_core_sync_kernel,
             jax.ShapeDtypeStruct((128,), jnp.float32),
             [plgpu.SMEM((128,), jnp.float32), plgpu.Barrier(num_arrivals=1),

@@ -436,6 +436,10 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      # Pallas semaphore signals and waits.
                      ("jax.pallas.semaphore",
                       "jax._src.pallas.primitives:sem_effect"),
+                     # Communication between devices (Mosaic GPU's
+                     # multimem stores and multicast semaphore signals).
+                     ("jax.pallas.comms",
+                      "jax._src.pallas.core:comms_effect"),
                      # Orders thunky's side-effecting thunks (0.12).
                      ("jax.thunky", "jax._src.thunky.thunky:thunk_effect")):
   _module_name, _attr = _path.split(":")
