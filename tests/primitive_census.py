@@ -75,16 +75,9 @@ NOT_STORABLE = {
 # * emit_pipeline, pipeline_body: Mosaic TPU's software pipeline, whose
 #   bodies copy blocks with DMAs and semaphores, plus codecs for its
 #   GridMapping and tracing-registry treedefs.
-# * pack_dtype, unpack_dtype: the fuser's fusion dtypes are user subclasses
-#   of an extended dtype (FusibleElementDType); their avals and `dtype`
-#   param need a registry through which the loading process names the
-#   dtype classes (the format's extended-dtype TypeRef, version 5, then
-#   stores them as records).
 KNOWN_GAPS = {
     "pallas:mosaic.sc_primitives": "SparseCore kernel primitives",
     "pallas:mosaic.pipeline": "Mosaic TPU's emit_pipeline/pipeline_body",
-    "pallas:fuser": "the Pallas fuser's pack_dtype and unpack_dtype "
-                    "(user-defined fusion dtypes)",
     "pallas:mpmd": "mpmd_map (Mosaic TPU core meshes, plgpu.kernel's launch)",
 }
 

@@ -296,6 +296,9 @@ PRIMITIVE_MODULES = (
     # interpret mode binds on a kernel's operands.
     "jax._src.pallas.einshape",
     "jax._src.pallas.mosaic.interpret.interpret_pallas_call",
+    # The Pallas fuser's pack_dtype/unpack_dtype (user fusion dtypes,
+    # jaxpr_io/pallas_fuser.py).
+    "jax._src.pallas.fuser.fusible_dtype",
 )
 
 # Primitives of the modules above that stay out of the table: a file must
@@ -311,6 +314,9 @@ EXCLUDED_PRIMITIVES = frozenset({
     # Mosaic GPU's lowering binds it while lowering `sign`; no traced program
     # holds it.
     "_copysign",
+    # JAX 0.10's fusible_dtype module imports the fuser's `fusible`, whose
+    # `func` is the user's Python function (tests/primitive_census.py).
+    "fusible",
 })
 
 # Primitives whose JAX name is another JAX primitive's too: (module, JAX
