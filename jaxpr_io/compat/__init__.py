@@ -300,7 +300,7 @@ PRIMITIVE_MODULES = (
     # jaxpr_io/pallas_fuser.py).
     "jax._src.pallas.fuser.fusible_dtype",
     # Mosaic TPU's software pipeline (pltpu.emit_pipeline under
-    # jax_use_emit_pipeline_primitive; jaxpr_io/pallas_pipeline.py).
+    # jax_use_emit_pipeline_primitive; jaxpr_io/compat/pallas_pipeline.py).
     "jax._src.pallas.mosaic.pipeline",
 )
 
