@@ -20,6 +20,7 @@ from jaxpr_io import thunky as _thunky  # noqa: F401
 from jaxpr_io import remat as _remat  # noqa: F401
 from jaxpr_io import sharding as _sharding  # noqa: F401
 from jaxpr_io.callbacks import register_callback
+from jaxpr_io.pallas_fuser import register_fusion_dtype
 from jaxpr_io.program import Program, dumps, load, loads, save, trace
 from jaxpr_io.trust import DroppedParamWarning, register_ffi_target
 from jaxpr_io.registry import (register_effect_codec, register_enum,
@@ -33,7 +34,7 @@ __all__ = [
     "Program",
     "UnsupportedError", "__version__", "dumps", "load", "loads",
     "register_callback", "register_effect_codec",
-    "register_enum", "register_ffi_target", "register_eqn_param_codec", "register_named_tuple",
+    "register_enum", "register_ffi_target", "register_fusion_dtype", "register_eqn_param_codec", "register_named_tuple",
     "register_param_codec",
     "register_primitive", "save", "trace",
 ]

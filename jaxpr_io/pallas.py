@@ -121,6 +121,12 @@ def _record_by_field_name(cls, name: str, must_be_none=(), check=None):
   registry.register_param_codec(cls, name=name, encode=encode, decode=decode)
 
 
+def register_record_by_field_name(cls, name: str) -> None:
+  """Registers the frozen dataclass `cls` as a record stored by field name
+  (the Pallas fuser's fusion dtypes: jaxpr_io/pallas_fuser.py)."""
+  _record_by_field_name(cls, name)
+
+
 def _singleton_record(cls, name: str) -> None:
   """Registers `cls`, whose instances take no arguments and are all equal,
   as a record of no fields."""

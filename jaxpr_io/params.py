@@ -354,7 +354,8 @@ def decode_record(r, msg, depth):
       return library_codecs.UnloadedRecord(name, fields)
   if codec is None:
     raise FormatError(f"unknown param record type {name!r}; register it "
-                      "with jaxpr_io.register_param_codec before loading")
+                      "with jaxpr_io.register_param_codec (a Pallas fusion "
+                      "dtype: jaxpr_io.register_fusion_dtype) before loading")
   fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields)
   try:
     return codec.from_fields(fields)
@@ -477,7 +478,8 @@ def encode_value(w, v, out, depth: int = 0) -> None:
       raise UnsupportedError(
           f"a param value of type {_describe(v)} ({_short_repr(v)}) cannot be "
           "stored; register a codec for it with "
-          "jaxpr_io.register_param_codec (or jaxpr_io.register_enum)")
+          "jaxpr_io.register_param_codec (or jaxpr_io.register_enum; a Pallas "
+          "fusion dtype: jaxpr_io.register_fusion_dtype)")
   encoder(w, v, out, depth)
 
 

@@ -30,6 +30,7 @@ from jaxpr_io.errors import FormatError
 # tests/test_vocabulary.py, which checks this table against it).
 OPEN_JAXPR_PARAMS = frozenset({
     ("pallas_call", "jaxpr"),
+    ("emit_pipeline", "body_jaxpr"),
     ("reduce_window", "jaxpr"),
     ("remat2", "jaxpr"),
     ("run_state", "jaxpr"),
@@ -61,6 +62,9 @@ OPTIONAL_PARAMS: dict[str, dict[str, tuple[object, tuple[int, int]]]] = {
     "reduce_max": {"out_sharding": (None, (0, 11))},
     "reduce_min": {"out_sharding": (None, (0, 11))},
     "new_ref": {"pin": (False, (0, 11))},
+    # Mosaic TPU's emit_pipeline in its 0.11+ form
+    # (jaxpr_io/compat/pallas_pipeline.py).
+    "emit_pipeline": {"output_wait_read_only": (False, (0, 12))},
 }
 
 

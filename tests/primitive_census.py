@@ -63,6 +63,11 @@ NOT_STORABLE = {
                      "spec) are Python functions of BlockSpecs and index "
                      "transforms that no jaxpr can express; a file holds "
                      "no code",
+    "pipeline_body": "Mosaic TPU's software pipeline binds it only inside "
+                     "the jaxprs that emit_pipeline's lowering (from JAX "
+                     "0.11 also its discharge rule and TPU interpret mode) "
+                     "builds and consumes at once, never in a traced "
+                     "program; a stored emit_pipeline rebuilds it",
     "fusible": "(JAX 0.10) its `func` is the user's Python function, "
                "which the Pallas fuser calls with `Fusion` objects (Python "
                "closures), not arrays: no jaxpr can stand in for it and a "
@@ -78,19 +83,8 @@ NOT_STORABLE = {
 #   TensorCoreMesh, a dataclass like the others of jaxpr_io/pallas.py) and
 #   the pallas_call compiler-params screen; 0.10's TensorCoreMesh is another
 #   class. plgpu.kernel launches Mosaic GPU kernels with it.
-# * emit_pipeline, pipeline_body: Mosaic TPU's software pipeline, whose
-#   bodies copy blocks with DMAs and semaphores, plus codecs for its
-#   GridMapping and tracing-registry treedefs.
-# * pack_dtype, unpack_dtype: the fuser's fusion dtypes are user subclasses
-#   of an extended dtype (FusibleElementDType); their avals and `dtype`
-#   param need a registry through which the loading process names the
-#   dtype classes (the format's extended-dtype TypeRef, version 5, then
-#   stores them as records).
 KNOWN_GAPS = {
     "pallas:mosaic.sc_primitives": "SparseCore kernel primitives",
-    "pallas:mosaic.pipeline": "Mosaic TPU's emit_pipeline/pipeline_body",
-    "pallas:fuser": "the Pallas fuser's pack_dtype and unpack_dtype "
-                    "(user-defined fusion dtypes)",
     "pallas:mpmd": "mpmd_map (Mosaic TPU core meshes, plgpu.kernel's launch)",
 }
 

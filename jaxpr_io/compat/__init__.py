@@ -296,6 +296,12 @@ PRIMITIVE_MODULES = (
     # interpret mode binds on a kernel's operands.
     "jax._src.pallas.einshape",
     "jax._src.pallas.mosaic.interpret.interpret_pallas_call",
+    # The Pallas fuser's pack_dtype/unpack_dtype (user fusion dtypes,
+    # jaxpr_io/pallas_fuser.py).
+    "jax._src.pallas.fuser.fusible_dtype",
+    # Mosaic TPU's software pipeline (pltpu.emit_pipeline under
+    # jax_use_emit_pipeline_primitive; jaxpr_io/compat/pallas_pipeline.py).
+    "jax._src.pallas.mosaic.pipeline",
 )
 
 # Primitives of the modules above that stay out of the table: a file must
@@ -311,6 +317,13 @@ EXCLUDED_PRIMITIVES = frozenset({
     # Mosaic GPU's lowering binds it while lowering `sign`; no traced program
     # holds it.
     "_copysign",
+    # JAX 0.10's fusible_dtype module imports the fuser's `fusible`, whose
+    # `func` is the user's Python function (tests/primitive_census.py).
+    "fusible",
+    # Bound only inside the jaxprs that emit_pipeline's lowering (and from
+    # 0.11 its discharge rule and TPU interpret mode) build and consume at
+    # once, never in a traced program (tests/primitive_census.py).
+    "pipeline_body",
 })
 
 # Primitives whose JAX name is another JAX primitive's too: (module, JAX

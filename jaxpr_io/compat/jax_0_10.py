@@ -21,6 +21,7 @@ The format's vocabulary (jaxpr_io/vocabulary.py) was first written from JAX
 from __future__ import annotations
 
 from jaxpr_io import vocabulary
+from jaxpr_io.compat import pallas_pipeline
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -93,7 +94,10 @@ class Jax010(Adapter):
   params_from_format = {"jit": _jit_from_format,
                         "xla_metadata_call": _xla_metadata_call_from_format,
                         "matmul_acc_lhs": _mxu_from_format("matmul_acc_lhs"),
-                        "matmul_pop": _mxu_from_format("matmul_pop")}
+                        "matmul_pop": _mxu_from_format("matmul_pop"),
+                        "emit_pipeline": (
+                            pallas_pipeline.emit_pipeline_from_format(
+                                "0.10"))}
   # JAX 0.11+'s FlatTree grouping of scan's operands; the counts suffice.
   skipped_params = vocabulary.RELEASE_HINT_PARAMS
   # jaxlib 0.10's while-loop trip-count analysis takes `i + i` for

@@ -35,6 +35,7 @@ from jax._src import tree_util
 from jax._src import util as jax_util
 
 from jaxpr_io import vocabulary
+from jaxpr_io.compat import pallas_pipeline
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError
 
@@ -268,7 +269,10 @@ class Jax011(Adapter):
                         "composite": _composite_from_format,
                         "xla_metadata_call": _xla_metadata_call_from_format,
                         "matmul_acc_lhs": _mxu_from_format("matmul_acc_lhs"),
-                        "matmul_pop": _mxu_from_format("matmul_pop")}
+                        "matmul_pop": _mxu_from_format("matmul_pop"),
+                        "emit_pipeline": (
+                            pallas_pipeline.emit_pipeline_from_format(
+                                "0.11"))}
   record_codecs = _RECORD_CODECS
 
   def context_to_format(self, ctx) -> dict:

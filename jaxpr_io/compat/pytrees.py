@@ -38,7 +38,21 @@ def make_node(node_type: type, auxdata: Any,
     return PyTreeDef.from_node_data_and_children(
         jax.tree_util.default_registry, (node_type, auxdata), list(children))
   except RuntimeError:  # "Could not find type: ..."
+    pass
+  if node_type not in _TRACING_ONLY:
     return None
+  return PyTreeDef.from_node_data_and_children(
+      _tracing_registry, (node_type, auxdata), list(children))
+
+
+# JAX's registry for the trees of traced calls, and the node types that JAX
+# registers there alone: a ref with transforms (`TransformedRef`, a leaf in
+# user code) is a node of the treedefs that Pallas's DMA primitives and
+# Mosaic TPU's emit_pipeline build there.
+from jax._src import tree_util as _tree_util  # pylint: disable=g-import-not-at-top,wrong-import-position
+from jax._src.state import types as _state_types  # pylint: disable=g-import-not-at-top,wrong-import-position
+_tracing_registry = _tree_util.tracing_registry
+_TRACING_ONLY = frozenset({_state_types.TransformedRef})
 
 
 class _Placeholder:
@@ -68,6 +82,10 @@ def child_keys(node_type: type, auxdata: Any,
   one_level = make_node(node_type, auxdata, [LEAF] * num_children)
   if one_level is None:
     return None
+  if node_type in _TRACING_ONLY:
+    # Flattening with paths sees the default registry, where it is a leaf:
+    # its children are known by position.
+    return tuple(FlattenedIndexKey(i) for i in range(num_children))
   placeholders = [_Placeholder(i) for i in range(num_children)]
   try:
     node = one_level.unflatten(placeholders)
