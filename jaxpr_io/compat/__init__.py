@@ -208,6 +208,20 @@ def make_closed(jaxpr, consts):
   return core.ClosedJaxpr(jaxpr, list(consts))
 
 
+def close_over_inputs(jaxpr, invars):
+  """`jaxpr` (a loaded body whose leading invars are its stored constvars)
+  with the equation's input variables `invars` as its constants, as JAX
+  0.11+ bind Pallas's `run_scoped` (see
+  jaxpr_io.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). JAX 0.10 keeps the body
+  open: unchanged there. None if the avals disagree."""
+  if not MERGED_JAXPRS or jaxpr.consts or not invars:
+    return jaxpr
+  if len(invars) > len(jaxpr.invars) or any(
+      a.aval != v.aval for a, v in zip(invars, jaxpr.invars)):
+    return None
+  return jaxpr.with_consts(list(invars))
+
+
 def open_jaxpr(closed):
   """The jaxpr part of a closed jaxpr (itself on merged releases)."""
   return closed.jaxpr
@@ -296,6 +310,9 @@ PRIMITIVE_MODULES = (
     # interpret mode binds on a kernel's operands.
     "jax._src.pallas.einshape",
     "jax._src.pallas.mosaic.interpret.interpret_pallas_call",
+    # Kernels over meshes (`pl.kernel`, `plgpu.kernel`, SparseCore) and the
+    # SparseCore kernel primitives.
+    "jax._src.pallas.mpmd", "jax._src.pallas.mosaic.sc_primitives",
 )
 
 # Primitives of the modules above that stay out of the table: a file must
@@ -323,6 +340,16 @@ MODULE_PRIMITIVE_NAMES = {
         "mosaic_gpu.semaphore_signal",
     ("jax._src.pallas.mosaic_gpu.primitives", "semaphore_wait"):
         "mosaic_gpu.semaphore_wait",
+    # SparseCore's kernel primitives: several share their JAX names with
+    # others (load, swap, gather, scatter, bitcast, ...), so all of them are
+    # "sparsecore.<JAX name>", whichever clash on a given release. `unique`
+    # is JAX 0.10's, `scan_count` 0.11's and later.
+    **{("jax._src.pallas.mosaic.sc_primitives", name): f"sparsecore.{name}"
+       for name in ("all_reduce_ffs", "all_reduce_population_count",
+                    "barrier", "bitcast", "gather", "load", "masked_cummax",
+                    "masked_cummin", "masked_cumsum", "masked_sort", "pack",
+                    "parallel_loop", "sc_fetch_and_add", "scan_count",
+                    "scatter", "swap", "unique", "unpack")},
 }
 
 # Serialized primitive names written by older JAX releases -> today's name.
