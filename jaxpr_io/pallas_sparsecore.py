@@ -15,8 +15,10 @@ on a TPU or under `jax.sharding.use_abstract_mesh` with a TPU
 `AbstractDevice`, as tracing the kernel needed; elsewhere loading raises
 UnsupportedError saying so.
 
-JAX 0.10's `TensorCoreMesh` holds an array of devices instead (another
-class); it has no codec, so `dumps` refuses it with UnsupportedError.
+JAX 0.10's `TensorCoreMesh` holds an array of cores and a list of axis
+names instead; it is stored as 0.11+'s record (`compat.tensorcore_mesh_fields`)
+when it is one that `pltpu.create_tensorcore_mesh` makes (cores 0..n-1, one
+axis), which is what that record can say; others are refused.
 
 `mpmd_map`'s `compiler_params` are screened as `pallas_call`'s
 (jaxpr_io/trust.py).
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import importlib
 
 from jaxpr_io import compat
@@ -91,6 +94,25 @@ def _mesh_record(cls, name: str, needs_sparse_core: bool) -> None:
   registry.register_param_codec(cls, name=name, encode=encode, decode=decode)
 
 
+def _memory_effect(effect, payload):
+  if payload is not None:
+    raise FormatError("jax.pallas.sparsecore.MemoryEffect has no payload, "
+                      f"but the file gives {payload!r:.80}")
+  return effect
+
+
+def _decode_tensorcore_mesh(stored):
+  """JAX 0.10's TensorCoreMesh from the record 0.11+ store by field name."""
+  if (type(stored) is not tuple or len(stored) != 2
+      or stored[0] != ("axis_name", stored[0][1])
+      or stored[1] != ("num_cores", stored[1][1])):
+    raise FormatError("jax.pallas.tpu.TensorCoreMesh: the fields are not "
+                      f"axis_name and num_cores: {stored!r:.200}")
+  _check_field("jax.pallas.tpu.TensorCoreMesh", "axis_name", stored[0][1])
+  _check_field("jax.pallas.tpu.TensorCoreMesh", "num_cores", stored[1][1])
+  return compat.tensorcore_mesh(stored[0][1], stored[1][1])
+
+
 def _register() -> None:
   try:
     sc_core = importlib.import_module("jax._src.pallas.mosaic.sc_core")
@@ -104,9 +126,21 @@ def _register() -> None:
                  needs_sparse_core=True)
   mesh = tpu_core.TensorCoreMesh
   if [f.name for f in dataclasses.fields(mesh)
-      if f.init] == ["axis_name", "num_cores"]:  # 0.11+ (0.10: devices)
+      if f.init] == ["axis_name", "num_cores"]:  # 0.11+
     _mesh_record(mesh, "jax.pallas.tpu.TensorCoreMesh",
                  needs_sparse_core=False)
+  else:  # 0.10: an array of cores and a list of axis names
+    registry.register_param_codec(
+        mesh, name="jax.pallas.tpu.TensorCoreMesh",
+        encode=compat.tensorcore_mesh_fields, decode=_decode_tensorcore_mesh)
+  # `subcore_barrier`'s effect: a field-less class of which JAX uses one
+  # instance (effects compare by identity), which reading returns.
+  memory_effect = getattr(sc_primitives, "_memory_effect", None)
+  if memory_effect is not None:
+    registry.register_effect_codec(
+        type(memory_effect), name="jax.pallas.sparsecore.MemoryEffect",
+        encode=lambda effect: None,
+        decode=functools.partial(_memory_effect, memory_effect))
   # Enums of the SparseCore primitives' params (PackFormat, ...).
   for module in (sc_core, sc_primitives):
     for attr, value in sorted(vars(module).items()):

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import jaxlib
+import numpy as np
 from jax._src import core
 from jax._src import dtypes as jax_dtypes
 from jax._src import effects as jax_effects
@@ -42,6 +43,7 @@ from jax._src.random import prng
 from jaxlib import _jax
 
 from jaxpr_io.compat import releases
+from jaxpr_io.errors import UnsupportedError
 
 # The JAX releases with an adapter (pyproject.toml pins the same range).
 SUPPORTED_JAX = releases.SUPPORTED_JAX
@@ -220,6 +222,30 @@ def close_over_inputs(jaxpr, invars):
       a.aval != v.aval for a, v in zip(invars, jaxpr.invars)):
     return None
   return jaxpr.with_consts(list(invars))
+
+
+def tensorcore_mesh_fields(mesh) -> tuple:
+  """JAX 0.10's Mosaic TPU `TensorCoreMesh` (an array of `TensorCore`s and
+  its axis names) as the record 0.11+ store by field name: (("axis_name",
+  name), ("num_cores", n)). Only the meshes `create_tensorcore_mesh` makes
+  (cores 0..n-1 along one axis) have that form."""
+  from jax._src.pallas.mosaic import core as tpu_core  # pylint: disable=g-import-not-at-top
+  cores = list(np.asarray(mesh.devices).reshape(-1))
+  names = tuple(mesh.axis_names)
+  if (len(names) != 1 or np.ndim(mesh.devices) != 1
+      or [type(c) for c in cores] != [tpu_core.TensorCore] * len(cores)
+      or [c.id for c in cores] != list(range(len(cores)))):
+    raise UnsupportedError(
+        f"TensorCoreMesh {mesh!r:.120} is not one that "
+        "pltpu.create_tensorcore_mesh(axis_name, num_cores=n) makes (cores "
+        "0..n-1 along one axis), the only form the format stores")
+  return (("axis_name", names[0]), ("num_cores", len(cores)))
+
+
+def tensorcore_mesh(axis_name: str, num_cores: int):
+  """Mosaic TPU's `TensorCoreMesh` of `num_cores` cores along `axis_name`."""
+  from jax._src.pallas.mosaic import core as tpu_core  # pylint: disable=g-import-not-at-top
+  return tpu_core.create_tensorcore_mesh(axis_name, num_cores=num_cores)
 
 
 def open_jaxpr(closed):
