@@ -66,12 +66,9 @@ NOT_STORABLE = {
 
 # name (or "pallas:M" for every primitive of the Pallas module
 # jax._src.pallas.M and its submodules) -> what storing it still needs.
-# pallas_call, the core kernel primitives and those of Mosaic TPU, Triton and
-# Mosaic GPU are storable (see PARAM_GAPS for their exceptions). Of the rest:
-# * mpmd_map: its params need a codec for the kernels' meshes (Mosaic TPU's
-#   TensorCoreMesh, a dataclass like the others of jaxpr_io/pallas.py) and
-#   the pallas_call compiler-params screen; 0.10's TensorCoreMesh is another
-#   class. plgpu.kernel launches Mosaic GPU kernels with it.
+# pallas_call, mpmd_map, the core kernel primitives and those of Mosaic TPU,
+# SparseCore, Triton and Mosaic GPU are storable (see PARAM_GAPS for their
+# exceptions). Of the rest:
 # * emit_pipeline, pipeline_body: Mosaic TPU's software pipeline, whose
 #   bodies copy blocks with DMAs and semaphores, plus codecs for its
 #   GridMapping and tracing-registry treedefs.
@@ -81,11 +78,9 @@ NOT_STORABLE = {
 #   dtype classes (the format's extended-dtype TypeRef, version 5, then
 #   stores them as records).
 KNOWN_GAPS = {
-    "pallas:mosaic.sc_primitives": "SparseCore kernel primitives",
     "pallas:mosaic.pipeline": "Mosaic TPU's emit_pipeline/pipeline_body",
     "pallas:fuser": "the Pallas fuser's pack_dtype and unpack_dtype "
                     "(user-defined fusion dtypes)",
-    "pallas:mpmd": "mpmd_map (Mosaic TPU core meshes, plgpu.kernel's launch)",
 }
 
 
