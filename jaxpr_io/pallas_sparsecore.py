@@ -20,6 +20,11 @@ names instead; it is stored as 0.11+'s record (`compat.tensorcore_mesh_fields`)
 when it is one that `pltpu.create_tensorcore_mesh` makes (cores 0..n-1, one
 axis), which is what that record can say; others are refused.
 
+Mosaic GPU's `plgpu.Mesh` and `WarpMesh` (plain fields, constant defaults)
+are records like jaxpr_io/pallas.py's, so `pl.kernel` over a `plgpu.Mesh`
+round-trips too. (`plgpu.kernel` wraps that in a `custom_vmap` whose rule
+jaxpr_io cannot trace yet.)
+
 `mpmd_map`'s `compiler_params` are screened as `pallas_call`'s
 (jaxpr_io/trust.py).
 """
@@ -32,6 +37,7 @@ import functools
 import importlib
 
 from jaxpr_io import compat
+from jaxpr_io import pallas
 from jaxpr_io import registry
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -133,6 +139,14 @@ def _register() -> None:
     registry.register_param_codec(
         mesh, name="jax.pallas.tpu.TensorCoreMesh",
         encode=compat.tensorcore_mesh_fields, decode=_decode_tensorcore_mesh)
+  # Mosaic GPU's meshes (`plgpu.kernel`): frozen dataclasses of plain
+  # fields (grid, cluster, names, threads) whose defaults are constants,
+  # stored like jaxpr_io/pallas.py's records.
+  gpu_core = (compat.pallas_modules() or {}).get("gpu")
+  for attr in ("Mesh", "WarpMesh"):
+    cls = vars(gpu_core or object).get(attr)
+    if cls is not None and dataclasses.is_dataclass(cls):
+      pallas._record_by_field_name(cls, f"jax.pallas.gpu.{attr}")  # pylint: disable=protected-access
   # `subcore_barrier`'s effect: a field-less class of which JAX uses one
   # instance (effects compare by identity), which reading returns.
   memory_effect = getattr(sc_primitives, "_memory_effect", None)

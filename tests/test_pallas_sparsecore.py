@@ -259,3 +259,27 @@ def test_tensorcore_kernel_round_trips_and_lowers():
   assert mesh == pltpu.create_tensorcore_mesh("core", num_cores=1)
   codec = registry.RECORDS.by_name["jax.pallas.tpu.TensorCoreMesh"]
   assert codec.to_fields(mesh) == (("axis_name", "core"), ("num_cores", 1))
+
+
+def test_mosaic_gpu_mesh_kernel_round_trips_and_lowers_for_cuda():
+  # pl.kernel over a plgpu.Mesh (an H100, abstract). plgpu.kernel wraps the
+  # same mpmd_map in a custom_vmap whose rule jaxpr_io cannot trace yet.
+  device = jax.sharding.AbstractDevice(device_kind="NVIDIA H100",
+                                       num_cores=None, platform="cuda")
+  h100 = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
+  from jax.experimental.pallas import mosaic_gpu as plgpu  # pylint: disable=g-import-not-at-top
+  x = np.arange(128, dtype=np.float32)
+
+  def body(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+  mesh = plgpu.Mesh(num_threads=1, thread_name="t")
+  with jax.sharding.use_abstract_mesh(h100):
+    f = pl.kernel(body, out_type=jax.ShapeDtypeStruct((128,), jnp.float32),
+                  mesh=mesh)
+    prog = jaxpr_io.trace(f, x)
+    loaded = assert_roundtrip(prog, check=False)  # no GPU to compile for
+    got = converters.to_exported(loaded, platforms=["cuda"]).mlir_module()
+    ref = jax.export.export(jax.jit(f), platforms=["cuda"])(x).mlir_module()
+  assert loaded.closed_jaxpr.jaxpr.eqns[0].params["meshes"] == (mesh,)
+  call = "stablehlo.custom_call @mosaic_gpu"
+  assert got.count(call) == ref.count(call) == 1
