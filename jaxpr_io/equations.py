@@ -300,8 +300,8 @@ def _close_over_inputs(r, kinds, kind_ids, used, eqns) -> None:
     closed = compat.close_over_inputs(e.params[param], e.invars)
     if closed is None:
       raise FormatError(
-          f"equation {i} ({_name(r, k)}): its {param!r} does not begin "
-          "with variables of its inputs' types, which it closes over")
+          f"equation {i} ({_name(r, k)}): its inputs are not variables "
+          f"of the types its {param!r} begins with, which it closes over")
     eqns[i] = compat.JaxprEqn(e.invars, e.outvars, e.primitive,
                               {**e.params, param: closed}, e.effects,
                               e.source_info, e.ctx)

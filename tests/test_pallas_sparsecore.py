@@ -283,3 +283,25 @@ def test_mosaic_gpu_mesh_kernel_round_trips_and_lowers_for_cuda():
   assert loaded.closed_jaxpr.jaxpr.eqns[0].params["meshes"] == (mesh,)
   call = "stablehlo.custom_call @mosaic_gpu"
   assert got.count(call) == ref.count(call) == 1
+
+
+@pytest.mark.skipif(not compat.MERGED_JAXPRS,
+                    reason="JAX 0.10 keeps run_scoped bodies open")
+def test_a_body_closes_only_over_inputs_of_its_constvars_types():
+  # The reader gives a run_scoped body stored open its equation's inputs as
+  # constants; inputs of other types than the body's leading variables (a
+  # crafted file) are refused.
+  with jax.sharding.use_abstract_mesh(_tpu7x()):
+    prog = jaxpr_io.trace(_copy_add_one(), X)
+  (call,) = prog.closed_jaxpr.jaxpr.eqns
+  (scoped,) = call.params["jaxprs"][0].eqns
+  body = scoped.params["jaxpr"]
+  opened = compat.new_jaxpr([], [*body.constvars, *body.invars],
+                            body.outvars, body.eqns,
+                            body.effects, body.debug_info, False)
+  closed = compat.close_over_inputs(opened, scoped.invars)
+  assert str(closed) == str(body) and closed.consts == scoped.invars
+  wrong = [jax.extend.core.Var(jax.core.ShapedArray((3,), jnp.int8))] * 2
+  assert compat.close_over_inputs(opened, wrong) is None
+  assert compat.close_over_inputs(opened, [jax.extend.core.Literal(
+      1.0, jax.core.ShapedArray((), jnp.float32))]) is None

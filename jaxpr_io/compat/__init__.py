@@ -215,11 +215,14 @@ def close_over_inputs(jaxpr, invars):
   with the equation's input variables `invars` as its constants, as JAX
   0.11+ bind Pallas's `run_scoped` (see
   jaxpr_io.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). JAX 0.10 keeps the body
-  open: unchanged there. None if the avals disagree."""
-  if not MERGED_JAXPRS or jaxpr.consts or not invars:
+  open: unchanged there. None if an input is not a variable or the avals
+  disagree."""
+  if not MERGED_JAXPRS or type(jaxpr) is not Jaxpr or jaxpr.consts or (
+      not invars):
     return jaxpr
   if len(invars) > len(jaxpr.invars) or any(
-      a.aval != v.aval for a, v in zip(invars, jaxpr.invars)):
+      type(a) is not Var or a.aval != v.aval
+      for a, v in zip(invars, jaxpr.invars)):
     return None
   return jaxpr.with_consts(list(invars))
 
