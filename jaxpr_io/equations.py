@@ -27,6 +27,7 @@ from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import trust
 from jaxpr_io import validate
+from jaxpr_io import vocabulary
 from jaxpr_io.errors import FormatError
 
 _U32 = np.dtype("<u4")
@@ -265,6 +266,9 @@ def decode(decoder, cols: Columns) -> list:
     raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): "
                       f"{validate.describe_error(error)}") from None
 
+  if compat.MERGED_JAXPRS:
+    _close_over_inputs(r, kinds, kind_ids, used, eqns)
+
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.
   counts = np.bincount(kind_ids).tolist()
@@ -275,6 +279,32 @@ def decode(decoder, cols: Columns) -> list:
     for primitive, param in kind.drops:
       r.screen.drop(primitive, param, count)
   return eqns
+
+
+def _close_over_inputs(r, kinds, kind_ids, used, eqns) -> None:
+  """Gives each jaxpr stored open in a slot of
+  vocabulary.CLOSURE_FROM_INPUTS_PARAMS (a `run_scoped` body closed over the
+  kernel's refs) its equation's inputs as constants, as JAX 0.11+ trace it.
+  Param sets are shared between equations: each equation gets its own."""
+  slots = [(k, param) for k in used
+           for primitive, param in vocabulary.CLOSURE_FROM_INPUTS_PARAMS
+           if kinds[k][0].name == primitive and param in kinds[k][1]]
+  if not slots:
+    return
+  params_of = dict(slots)
+  for i, k in enumerate(kind_ids.tolist()):
+    param = params_of.get(k)
+    if param is None or not eqns[i].invars:
+      continue
+    e = eqns[i]
+    closed = compat.close_over_inputs(e.params[param], e.invars)
+    if closed is None:
+      raise FormatError(
+          f"equation {i} ({_name(r, k)}): its inputs are not variables "
+          f"of the types its {param!r} begins with, which it closes over")
+    eqns[i] = compat.JaxprEqn(e.invars, e.outvars, e.primitive,
+                              {**e.params, param: closed}, e.effects,
+                              e.source_info, e.ctx)
 
 
 def _equation_of(position: int, n_ins: np.ndarray) -> int:

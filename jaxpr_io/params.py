@@ -272,6 +272,14 @@ def encode_merged_jaxpr(w, v, out, depth):
           "stores jaxprs without constants (see "
           "jaxpr_io/vocabulary.py:OPEN_JAXPR_PARAMS)")
     encode_jaxpr(w, v, out, depth)
+  elif (w.closure_from_inputs_slot and v.consts
+        and all(compat.is_tracer(c) or type(c) is compat.Var
+                for c in v.consts)):
+    # A Pallas `run_scoped` body closed over the kernel's refs, which are
+    # also the equation's inputs: stored open, its constvars unvalued, as
+    # JAX 0.10 has it (jaxpr_io.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). A
+    # loaded one holds the enclosing jaxpr's variables as its constants.
+    encode_jaxpr(w, v, out, depth)
   else:
     if any(map(compat.is_tracer, v.consts)):
       # E.g. a Pallas `run_scoped` body that closes over the kernel's refs:

@@ -358,6 +358,9 @@ SCREENS: dict[str, Callable[[str, dict, Screen], dict]] = {
     "debug_print": _screen_debug_print,
     "check": _screen_check,
     "pallas_call": _screen_pallas_call,
+    # `pl.kernel` over meshes (SparseCore, Mosaic TPU cores, plgpu.kernel):
+    # the same compiler params as pallas_call's.
+    "mpmd_map": _screen_pallas_call,
     "compute_on": _screen_compute_on,
     "thunky.custom_call": _screen_thunky_custom_call,
     "rnn_fwd": _screen_cudnn_rnn,
@@ -380,7 +383,8 @@ POLICIES: tuple[Policy, ...] = (
            "sorted (str, str) pairs, each key once (XLA frontend "
            "attributes, as `jax.experimental.xla_metadata` sets them)",
            "the same"),
-    Policy("`pallas_call` `compiler_params`: Mosaic TPU `flags`, Mosaic "
+    Policy("`pallas_call` and `mpmd_map` `compiler_params`: Mosaic TPU "
+           "`flags`, Mosaic "
            "GPU `profile_space` and `profile_dir`", "dropped",
            "reset to their defaults: a file cannot set Mosaic compiler flags "
            "or make the profiler write files", "kept"),

@@ -71,6 +71,18 @@ Changelog (newest last):
     `remove_memory_space` join the vocabulary, with the effects
     `jax.pallas.semaphore`, `jax.pallas.gpu.*` and `jax.thunky`.
     Readers of version 5 read versions 1 to 4.
+  * 2026-11-25, version 5 (vocabulary only, no schema change): `mpmd_map`
+    (`pl.kernel` over meshes) with the mesh records
+    `jax.pallas.sparsecore.VectorSubcoreMesh`/`ScalarSubcoreMesh`,
+    `jax.pallas.tpu.TensorCoreMesh` and `jax.pallas.gpu.Mesh`/`WarpMesh`;
+    the SparseCore kernel primitives under names of their own
+    (`sparsecore.load` and so on) with the effect
+    `jax.pallas.sparsecore.MemoryEffect` and the enum
+    `jax.pallas.sparsecore.PackFormat`. A `run_scoped` body that closes over
+    the kernel's refs is stored as an open jaxpr whose constvars are the
+    equation's inputs (as JAX 0.10 writes it; 0.11+ writers refused it
+    before). A reader from before these additions refuses files that use
+    them (unknown record or primitive).
 """
 
 from __future__ import annotations

@@ -51,6 +51,16 @@ OPEN_JAXPR_PARAMS = frozenset({
 })
 
 
+# (primitive, param) slots holding a jaxpr whose constvars are the
+# equation's inputs: Pallas's `run_scoped` body closes over the enclosing
+# kernel's refs and is bound with them as its inputs. JAX 0.10 keeps such a
+# body open (its constvars unvalued), 0.11+ attach the enclosing trace's
+# tracers as its constants. The format stores it open, as 0.10 does; a
+# merged release's reader makes the equation's inputs its constants again
+# (`compat.close_over_inputs`).
+CLOSURE_FROM_INPUTS_PARAMS = frozenset({("run_scoped", "jaxpr")})
+
+
 # Params that some releases' primitives have and others lack: primitive ->
 # param -> (the value under which a release without the param behaves the
 # same, the first JAX release with it). A reader whose release has the param

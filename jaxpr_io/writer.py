@@ -165,6 +165,9 @@ class Writer:
     # `jaxpr_io.vocabulary.OPEN_JAXPR_PARAMS`); matters on JAX releases
     # where open and closed jaxprs are one type.
     self.open_jaxpr_slot = False
+    # Whether it holds a jaxpr closed over the equation's inputs
+    # (`jaxpr_io.vocabulary.CLOSURE_FROM_INPUTS_PARAMS`).
+    self.closure_from_inputs_slot = False
 
   # ------------------------------------------------------------ tables
   def string(self, s: str) -> int:
@@ -232,6 +235,8 @@ class Writer:
       for k, v in values.items():
         param = add(name=self.string(k))
         self.open_jaxpr_slot = vocabulary.holds_open_jaxpr(name, k)
+        self.closure_from_inputs_slot = (
+            (name, k) in vocabulary.CLOSURE_FROM_INPUTS_PARAMS)
         try:
           codec = registry.EQN_PARAM_CODECS.get((name, k))
           if codec is None:
@@ -247,6 +252,7 @@ class Writer:
               f"param {k!r}: {type(e).__name__}: {e}") from None
         finally:
           self.open_jaxpr_slot = outer_slot
+          self.closure_from_inputs_slot = False
       self._keepalive.append(values)  # `key` holds ids of its values
       # Equal values that are distinct objects (two equal shardings) give
       # equal bytes: store them once, as a reader shares them (see

@@ -1,7 +1,7 @@
 """Every `Primitive` object that JAX's modules define, and what jaxpr_io
 does with each.
 
-    python -m tests.primitive_census      # prints the census and the gaps
+    python -m tests.primitive_census      # the census, what is listed and why
     JAXPR_IO_COVERAGE=cov.txt python -m pytest -q tests/
     python -m tests.primitive_census --coverage cov.txt   # and untested ones
 
@@ -14,10 +14,12 @@ they hold at module level. Each is then one of:
 * listed: in `NOT_STORABLE`, with the reason it cannot or must not be
   stored, or in `NEVER_TRACED`, with where JAX binds it (never in a traced
   program);
-* a gap: in `KNOWN_GAPS` (unknown to the table) or `PARAM_GAPS` (known by
-  name, params not storable), work that remains (issue 12). A primitive that is
-  none of these (one a new JAX release adds) fails
-  tests/test_primitive_census.py, as does a gap that has become storable.
+* unaccounted: neither (one a new JAX release adds), which fails
+  tests/test_primitive_census.py.
+
+Storable is not yet covered: a storable primitive is covered when a test
+program that uses it round-trips (`--coverage`, which CI runs after each full
+test run).
 """
 
 from __future__ import annotations
@@ -75,27 +77,6 @@ NOT_STORABLE = {
                "file holds no code",
 }
 
-# name (or "pallas:M" for every primitive of the Pallas module
-# jax._src.pallas.M and its submodules) -> what storing it still needs.
-# pallas_call, the core kernel primitives and those of Mosaic TPU, Triton and
-# Mosaic GPU (its TMEM and multicast primitives too: tests/test_pallas_tmem.py)
-# are storable. Of the rest:
-# * mpmd_map: its params need a codec for the kernels' meshes (Mosaic TPU's
-#   TensorCoreMesh, a dataclass like the others of jaxpr_io/pallas.py) and
-#   the pallas_call compiler-params screen; 0.10's TensorCoreMesh is another
-#   class. plgpu.kernel launches Mosaic GPU kernels with it.
-KNOWN_GAPS = {
-    "pallas:mosaic.sc_primitives": "SparseCore kernel primitives",
-    "pallas:mpmd": "mpmd_map (Mosaic TPU core meshes, plgpu.kernel's launch)",
-}
-
-
-# Primitives jaxpr_io's table knows by name on some releases, whose params
-# it cannot store yet: gaps, not storable. None today (Mosaic GPU's TMEM and
-# multicast primitives were the last).
-PARAM_GAPS: dict[str, str] = {}
-
-
 def census() -> dict[str, tuple[object, str]]:
   """name -> (primitive, the module that defines it), over every module of
   JAX's that imports here."""
@@ -120,17 +101,6 @@ def census() -> dict[str, tuple[object, str]]:
   return by_name
 
 
-def _gap_key(name: str, module: str) -> str | None:
-  if module.startswith("jax._src.pallas."):
-    rest = module[len("jax._src.pallas."):]
-    for key in KNOWN_GAPS:
-      if key.startswith("pallas:") and (rest == key[7:]
-                                        or rest.startswith(key[7:] + ".")):
-        return key
-    return None
-  return name.split("@")[0] if name.split("@")[0] in KNOWN_GAPS else None
-
-
 # name -> where JAX binds it, for primitives that no traced program holds:
 # JAX binds them only while lowering, inside another primitive's rules, or
 # in jaxprs that it builds and consumes at once. Each reason was checked in
@@ -144,17 +114,13 @@ NEVER_TRACED: dict[str, str] = {
 
 
 def classify() -> dict[str, list[tuple[str, str]]]:
-  """{"storable", "listed", "gap", "unaccounted"} -> [(name, module)]."""
-  result = {"storable": [], "listed": [], "gap": [], "unaccounted": []}
+  """{"storable", "listed", "unaccounted"} -> [(name, module)]."""
+  result = {"storable": [], "listed": [], "unaccounted": []}
   for name, (prim, module) in sorted(census().items()):
     if name in NOT_STORABLE or name in NEVER_TRACED:
       result["listed"].append((name, module))
-    elif name in PARAM_GAPS:
-      result["gap"].append((name, module))
     elif registry.PRIMITIVES.name_of(prim) is not None:
       result["storable"].append((name, module))
-    elif _gap_key(name, module) is not None:
-      result["gap"].append((name, module))
     else:
       result["unaccounted"].append((name, module))
   return result
@@ -163,8 +129,9 @@ def classify() -> dict[str, list[tuple[str, str]]]:
 def summary(result) -> str:
   total = sum(map(len, result.values()))
   return (f"{len(result['storable'])} of {total} primitives storable, "
-          f"{len(result['listed'])} listed with reasons, "
-          f"{len(result['gap'])} not yet storable (known gaps)")
+          f"{len(result['listed'])} listed with reasons"
+          + (f", {len(result['unaccounted'])} unaccounted for"
+             if result["unaccounted"] else ""))
 
 
 def add_coverage(path: str, seen_primitives) -> None:
@@ -198,7 +165,7 @@ if __name__ == "__main__":
   cli = parser.parse_args()
   classes = classify()
   print(f"jax {jax.__version__}: {summary(classes)}")
-  for kind in ("listed", "gap", "unaccounted"):
+  for kind in ("listed", "unaccounted"):
     for name, module in classes[kind]:
       print(f"  {kind:<11} {name:<40} {module}")
   if cli.coverage:

@@ -1,7 +1,7 @@
-"""Every primitive of the installed JAX is storable, listed with a reason,
-or a known gap (tests/primitive_census.py). A primitive that a new JAX
-release adds fails here until it is one of the three; a gap that has become
-storable fails until it leaves `KNOWN_GAPS`, so the list stays true."""
+"""Every primitive of the installed JAX is storable or listed with a reason
+(tests/primitive_census.py). A primitive that a new JAX release adds fails
+here until it is one of the two; a listed primitive that has become storable
+fails until it leaves the list, so the list stays true."""
 
 from __future__ import annotations
 
@@ -23,16 +23,10 @@ def test_every_primitive_is_accounted_for(classes, capsys):
   with capsys.disabled():
     print(f"\n{primitive_census.summary(classes)}")
   assert not classes["unaccounted"], (
-      "primitives that are neither storable, listed in NOT_STORABLE nor "
-      f"known gaps: {classes['unaccounted']}")
+      "primitives that are neither storable nor listed in NOT_STORABLE or "
+      f"NEVER_TRACED: {classes['unaccounted']}")
   # Most of JAX is storable: a broken primitive table would show here.
   assert len(classes["storable"]) > 300
-
-
-def test_known_gaps_are_still_gaps(classes):
-  storable = {name.split("@")[0] for name, _ in classes["storable"]}
-  stale = sorted(set(primitive_census.KNOWN_GAPS) & storable)
-  assert not stale, f"storable now; remove from KNOWN_GAPS: {stale}"
 
 
 def test_listed_primitives_are_refused_by_name(classes):

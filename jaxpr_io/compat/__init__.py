@@ -18,6 +18,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import jaxlib
+import numpy as np
 from jax._src import core
 from jax._src import dtypes as jax_dtypes
 from jax._src import effects as jax_effects
@@ -42,6 +43,7 @@ from jax._src.random import prng
 from jaxlib import _jax
 
 from jaxpr_io.compat import releases
+from jaxpr_io.errors import UnsupportedError
 
 # The JAX releases with an adapter (pyproject.toml pins the same range).
 SUPPORTED_JAX = releases.SUPPORTED_JAX
@@ -208,6 +210,47 @@ def make_closed(jaxpr, consts):
   return core.ClosedJaxpr(jaxpr, list(consts))
 
 
+def close_over_inputs(jaxpr, invars):
+  """`jaxpr` (a loaded body whose leading invars are its stored constvars)
+  with the equation's input variables `invars` as its constants, as JAX
+  0.11+ bind Pallas's `run_scoped` (see
+  jaxpr_io.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). JAX 0.10 keeps the body
+  open: unchanged there. None if an input is not a variable or the avals
+  disagree."""
+  if not MERGED_JAXPRS or type(jaxpr) is not Jaxpr or jaxpr.consts or (
+      not invars):
+    return jaxpr
+  if len(invars) > len(jaxpr.invars) or any(
+      type(a) is not Var or a.aval != v.aval
+      for a, v in zip(invars, jaxpr.invars)):
+    return None
+  return jaxpr.with_consts(list(invars))
+
+
+def tensorcore_mesh_fields(mesh) -> tuple:
+  """JAX 0.10's Mosaic TPU `TensorCoreMesh` (an array of `TensorCore`s and
+  its axis names) as the record 0.11+ store by field name: (("axis_name",
+  name), ("num_cores", n)). Only the meshes `create_tensorcore_mesh` makes
+  (cores 0..n-1 along one axis) have that form."""
+  from jax._src.pallas.mosaic import core as tpu_core  # pylint: disable=g-import-not-at-top
+  cores = list(np.asarray(mesh.devices).reshape(-1))
+  names = tuple(mesh.axis_names)
+  if (len(names) != 1 or np.ndim(mesh.devices) != 1
+      or [type(c) for c in cores] != [tpu_core.TensorCore] * len(cores)
+      or [c.id for c in cores] != list(range(len(cores)))):
+    raise UnsupportedError(
+        f"TensorCoreMesh {mesh!r:.120} is not one that "
+        "pltpu.create_tensorcore_mesh(axis_name, num_cores=n) makes (cores "
+        "0..n-1 along one axis), the only form the format stores")
+  return (("axis_name", names[0]), ("num_cores", len(cores)))
+
+
+def tensorcore_mesh(axis_name: str, num_cores: int):
+  """Mosaic TPU's `TensorCoreMesh` of `num_cores` cores along `axis_name`."""
+  from jax._src.pallas.mosaic import core as tpu_core  # pylint: disable=g-import-not-at-top
+  return tpu_core.create_tensorcore_mesh(axis_name, num_cores=num_cores)
+
+
 def open_jaxpr(closed):
   """The jaxpr part of a closed jaxpr (itself on merged releases)."""
   return closed.jaxpr
@@ -302,6 +345,9 @@ PRIMITIVE_MODULES = (
     # Mosaic TPU's software pipeline (pltpu.emit_pipeline under
     # jax_use_emit_pipeline_primitive; jaxpr_io/compat/pallas_pipeline.py).
     "jax._src.pallas.mosaic.pipeline",
+    # Kernels over meshes (`pl.kernel`, `plgpu.kernel`, SparseCore) and the
+    # SparseCore kernel primitives.
+    "jax._src.pallas.mpmd", "jax._src.pallas.mosaic.sc_primitives",
 )
 
 # Primitives of the modules above that stay out of the table: a file must
@@ -336,6 +382,16 @@ MODULE_PRIMITIVE_NAMES = {
         "mosaic_gpu.semaphore_signal",
     ("jax._src.pallas.mosaic_gpu.primitives", "semaphore_wait"):
         "mosaic_gpu.semaphore_wait",
+    # SparseCore's kernel primitives: several share their JAX names with
+    # others (load, swap, gather, scatter, bitcast, ...), so all of them are
+    # "sparsecore.<JAX name>", whichever clash on a given release. `unique`
+    # is JAX 0.10's, `scan_count` 0.11's and later.
+    **{("jax._src.pallas.mosaic.sc_primitives", name): f"sparsecore.{name}"
+       for name in ("all_reduce_ffs", "all_reduce_population_count",
+                    "barrier", "bitcast", "gather", "load", "masked_cummax",
+                    "masked_cummin", "masked_cumsum", "masked_sort", "pack",
+                    "parallel_loop", "sc_fetch_and_add", "scan_count",
+                    "scatter", "swap", "unique", "unpack")},
 }
 
 # Serialized primitive names written by older JAX releases -> today's name.
