@@ -71,6 +71,11 @@ Changelog (newest last):
     `remove_memory_space` join the vocabulary, with the effects
     `jax.pallas.semaphore`, `jax.pallas.gpu.*` and `jax.thunky`.
     Readers of version 5 read versions 1 to 4.
+    On 2026-11-25, without a schema change: the record type
+    `jax.experimental.sparse.COOInfo` (`coo_matvec`'s and `coo_matmat`'s
+    `spinfo`) and a param codec for the `tree` of sparse's generic
+    `todense` (jaxpr_io/sparse.py). A reader from before these additions
+    refuses files that use them.
 """
 
 from __future__ import annotations

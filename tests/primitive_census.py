@@ -140,6 +140,18 @@ NEVER_TRACED: dict[str, str] = {
     # lax, linalg, random, custom rules, calls, export
     # collectives, state, hijax
     # sparse, Pallas
+    **{name: "bound only by `_bcoo_dot_general_gpu_impl` "
+             "(jax/experimental/sparse/bcoo.py), which `mlir.lower_fun` "
+             "makes bcoo_dot_general's CUDA/ROCm lowering rule: it runs "
+             "while a program is lowered for a GPU, never in a traced "
+             "program (JAX 0.10 to 0.12)"
+       for name in ("coo_spmv", "coo_spmm")},
+    **{name: "bound by no code of JAX's (0.10 to 0.12): csr.py and bcsr.py "
+             "call its lowering helper (`_lowerings._csr_spmv_gpu_lowering`"
+             ", `_csr_spmm_gpu_lowering`) directly from the GPU lowering "
+             "rules of csr_matvec/csr_matmat/bcsr_dot_general; the "
+             "primitive exists only for tests of those helpers"
+       for name in ("csr_spmv", "csr_spmm")},
 }
 
 
