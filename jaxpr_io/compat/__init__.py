@@ -452,6 +452,9 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      # Pallas semaphore signals and waits.
                      ("jax.pallas.semaphore",
                       "jax._src.pallas.primitives:sem_effect"),
+                     # `pl.delay`'s sleep, ordered within a kernel.
+                     ("jax.pallas.delay",
+                      "jax._src.pallas.primitives:delay_effect"),
                      # Communication between devices (Mosaic GPU's
                      # multimem stores and multicast semaphore signals).
                      ("jax.pallas.comms",
