@@ -130,3 +130,96 @@ def test_an_array_in_a_tpu_memory_space_is_refused():
                      match=r"equation 1 \(with_memory_space_constraint\), "
                            r"an array in memory space VMEM"):
     jaxpr_io.dumps(prog)
+
+
+# ------------------------------------------------------------- Mosaic GPU
+from jax._src.pallas.mosaic_gpu import primitives as gpu_primitives  # noqa: E402  pylint: disable=g-import-not-at-top
+from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: E402  pylint: disable=g-import-not-at-top
+from tests.test_pallas_mosaic_gpu import (  # noqa: E402  pylint: disable=g-import-not-at-top
+    _call, _h100, _kernel_eqns, _round_trip_and_lower as _gpu_round_trip)
+
+_F128 = jax.ShapeDtypeStruct((128,), jnp.float32)
+_ONES = (np.ones(128, np.float32),)
+
+
+def _gpu_round_trip_only(f, args, want):
+  """Like tests/test_pallas_mosaic_gpu.py's `_round_trip_and_lower`, for
+  kernels that JAX itself cannot lower outside a real launch (a 0-D kernel
+  mesh for remote signals, warp semantics, a cluster): the trace for an H100
+  round-trips and binds the same primitive objects."""
+  with jax.sharding.use_abstract_mesh(_h100()):
+    prog = jaxpr_io.trace(f, *args)
+  used = {e.primitive for e in _kernel_eqns(prog)}
+  assert want <= used, {p.name for p in want - used}
+  loaded = assert_roundtrip(prog, check=False)  # no GPU to compile for
+  assert [e.primitive for e in _kernel_eqns(loaded)] == [
+      e.primitive for e in _kernel_eqns(prog)]
+  return loaded
+
+
+def _cancel_kernel(x_gmem, o_gmem, result, barrier):
+  plgpu.try_cluster_cancel(result, barrier)
+  plgpu.barrier_wait(barrier)
+  _, ok = plgpu.query_cluster_cancel(result, grid_names=())
+  o_gmem[...] = x_gmem[...] + ok.astype(jnp.float32)
+
+
+def test_cluster_cancellation_lowers_for_a_blackwell_gpu():
+  f = _call(_cancel_kernel, _F128, [plgpu.SMEM((4,), jnp.uint32),
+                                    plgpu.Barrier(num_arrivals=1)])
+  _gpu_round_trip(f, _ONES, {gpu_primitives.try_cluster_cancel_p,
+                             gpu_primitives.query_cluster_cancel_p},
+                  gpu="NVIDIA B200")
+
+
+def _global_semaphore_kernel(x_gmem, o_gmem):
+  # A remote signal (device_id given): one that only signals this device
+  # has no effect, and the kernel's tracing drops it.
+  sem = pl.get_global(plgpu.SemaphoreType.REGULAR)
+  plgpu.semaphore_signal_parallel(
+      plgpu.SemaphoreSignal(sem, device_id=jnp.int32(0), inc=1))
+  plgpu.semaphore_wait(sem, 1)
+  o_gmem[...] = x_gmem[...]
+
+
+def test_a_global_semaphore_and_parallel_signals():
+  loaded = _gpu_round_trip_only(
+      _call(_global_semaphore_kernel, _F128, []), _ONES,
+      {pl_primitives.get_global_p, gpu_primitives.semaphore_signal_parallel_p})
+  (get,) = [e for e in _kernel_eqns(loaded)
+            if e.primitive is pl_primitives.get_global_p]
+  assert str(get.params["what"]) == str(
+      plgpu.SemaphoreType.REGULAR.get_ref_aval())
+
+
+def _smem_kernel(x_gmem, o_gmem, x_smem, barrier):
+  plgpu.async_store_smem(x_gmem[...], x_smem, barrier,
+                         cluster_idx=jnp.int32(0), cluster_dim=0)
+  done = plgpu.barrier_test(barrier)
+  plgpu.barrier_wait(barrier)
+  o_gmem[...] = x_smem[...] + done.astype(jnp.float32)
+
+
+def test_cluster_smem_stores_and_barrier_tests():
+  _gpu_round_trip_only(
+      _call(_smem_kernel, _F128, [plgpu.SMEM((128,), jnp.float32),
+                                  plgpu.Barrier(num_arrivals=1)]),
+      _ONES, {gpu_primitives.async_store_smem_p,
+              gpu_primitives.barrier_test_p})
+
+
+def _reductions_kernel(x_gmem, o_gmem):
+  x = x_gmem[...]
+  o_gmem[...] = x + (plgpu.sum(x) + plgpu.max(x) + plgpu.min(x)
+                     + plgpu.prod(x, accumulator_ilp=2))
+
+
+@pytest.mark.skipif(not hasattr(plgpu, "prod"),
+                    reason="Mosaic GPU's reductions are JAX 0.12's")
+def test_mosaic_gpu_reductions():
+  p = gpu_primitives
+  loaded = _gpu_round_trip_only(
+      _call(_reductions_kernel, _F128, []), _ONES,
+      {p.reduce_sum_p, p.reduce_max_p, p.reduce_min_p, p.reduce_prod_p})
+  assert [e.params["accumulator_ilp"] for e in _kernel_eqns(loaded)
+          if e.primitive is p.reduce_prod_p] == [2]
