@@ -94,6 +94,10 @@ KNOWN_GAPS = {
 # it cannot store yet: gaps, not storable (Mosaic GPU's TMEM and multicast
 # primitives were the last of the params; this one is a type).
 PARAM_GAPS: dict[str, str] = {
+    "core_map": (
+        "(JAX 0.10; 0.11+ has mpmd_map, a known gap) its `mesh` (Mosaic "
+        "TPU's TensorCoreMesh, Mosaic GPU's GPUMesh) and `debug_info` "
+        "params need codecs, as mpmd_map's meshes do"),
     "with_memory_space_constraint": (
         "its output's type carries a Mosaic TPU memory space (HBM, VMEM, "
         "SMEM: the only ones `pltpu.with_memory_space_constraint` binds), "
@@ -159,6 +163,19 @@ NEVER_TRACED: dict[str, str] = {
              "rules of csr_matvec/csr_matmat/bcsr_dot_general; the "
              "primitive exists only for tests of those helpers"
        for name in ("csr_spmv", "csr_spmm")},
+    "wgmma": "Mosaic GPU's functional WGMMA, bound only by the discharge "
+             "rule of `wgmma_ref` (`_wgmma_ref_discharge`, "
+             "pallas/mosaic_gpu/primitives.py), which runs when Mosaic GPU's "
+             "lowering discharges the state of loop and cond bodies "
+             "(`discharge.discharge_state` in mosaic_gpu/lowering.py) and in "
+             "interpret mode's discharge of a kernel: jaxprs built and "
+             "consumed at once; a traced kernel holds `wgmma_ref` "
+             "(JAX 0.10 to 0.12)",
+    "jaxpr_call": "(JAX 0.10; gone in 0.11) bound only by "
+                  "`primitives._jaxpr_call`, which only Mosaic GPU's "
+                  "`lower_pipelined_jaxpr_to_module` (mosaic_gpu/lowering.py)"
+                  " calls, inside the pipeline it builds while lowering a "
+                  "pallas_call with a grid, and by its own discharge rule",
 }
 
 
