@@ -128,26 +128,20 @@ def test_bcsr_fromdense_extract_todense():
 
 
 # --------------------------------------------------------- COO and CSR
-def _coo_ops(m, v, b):
+def _coo_csr_ops(m, v, b):
+  # One program for both formats: each compilation counts (a fast file).
   a = coo_lib.coo_fromdense(m, nse=NSE)
+  c = csr_lib.csr_fromdense(m * 0.5, nse=NSE)
   return (coo_lib.coo_matvec(a, v).sum() + coo_lib.coo_matmat(a, b)
-          + coo_lib.coo_todense(a)[:, :2])
+          + coo_lib.coo_todense(a)[:, :2]
+          + csr_lib.csr_matvec(c, v).sum() + csr_lib.csr_matmat(c, b)
+          + csr_lib.csr_todense(c)[:, 2:])
 
 
-def test_coo_fromdense_matvec_matmat_todense():
-  _check(_coo_ops, ["coo_fromdense", "coo_matvec", "coo_matmat",
-                    "coo_todense"], M, V, B, grad=True)
-
-
-def _csr_ops(m, v, b):
-  a = csr_lib.csr_fromdense(m, nse=NSE)
-  return (csr_lib.csr_matvec(a, v).sum() + csr_lib.csr_matmat(a, b)
-          + csr_lib.csr_todense(a)[:, :2])
-
-
-def test_csr_fromdense_matvec_matmat_todense():
-  _check(_csr_ops, ["csr_fromdense", "csr_matvec", "csr_matmat",
-                    "csr_todense"], M, V, B, vmap=True)
+def test_coo_and_csr_fromdense_matvec_matmat_todense():
+  _check(_coo_csr_ops, ["coo_fromdense", "coo_matvec", "coo_matmat",
+                        "coo_todense", "csr_fromdense", "csr_matvec",
+                        "csr_matmat", "csr_todense"], M, V, B, vmap=True)
 
 
 # ------------------------------------------------------ generic, linalg
