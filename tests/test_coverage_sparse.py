@@ -169,12 +169,21 @@ def test_spsolve():
 
 def test_a_todense_tree_is_a_known_format_or_refused():
   from jaxpr_io import sparse as sparse_codec  # pylint: disable=g-import-not-at-top
-  a = sparse.BCOO.fromdense(M, nse=NSE)
+  a = jax.eval_shape(lambda m: sparse.BCOO.fromdense(m, nse=NSE), M)
   tree = jax.tree_util.tree_structure(a)
   stored = sparse_codec.encode_todense_tree(tree, {})
   assert stored == ("BCOO", (("shape", (4, 4)), ("indices_sorted", True),
                              ("unique_indices", True)), 2)
   assert sparse_codec.decode_todense_tree(stored, {}) == tree
+  # Structures only: building them runs no computation (a fast test).
+  shapes = jax.eval_shape(lambda m: (
+      sparse.BCSR.fromdense(m, nse=NSE), sparse.COO.fromdense(m, nse=NSE),
+      sparse.CSR.fromdense(m, nse=NSE), sparse.CSC.fromdense(m, nse=NSE)), M)
+  for mat in shapes:
+    other = jax.tree_util.tree_structure(mat)
+    back = sparse_codec.decode_todense_tree(
+        sparse_codec.encode_todense_tree(other, {}), {})
+    assert back == other and str(back) == str(other)
   for bad, match in [
       (("Evil", stored[1], 2), "names the sparse format"),
       (("BCOO", stored[1], 3), "has 2 buffers"),
