@@ -20,6 +20,7 @@ from jaxpr_io import custom_vmap as _custom_vmap  # noqa: F401
 from jaxpr_io import thunky as _thunky  # noqa: F401
 from jaxpr_io import remat as _remat  # noqa: F401
 from jaxpr_io import sharding as _sharding  # noqa: F401
+from jaxpr_io import sparse as _sparse  # noqa: F401
 from jaxpr_io.callbacks import register_callback
 from jaxpr_io.pallas_fuser import register_fusion_dtype
 from jaxpr_io.program import Program, dumps, load, loads, save, trace

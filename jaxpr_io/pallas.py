@@ -309,6 +309,20 @@ def _register() -> None:
     if cls is not None:
       _singleton_record(cls, f"jax.pallas.{short}.{attr}" if short != "core"
                         else f"jax.pallas.{attr}")
+  # The size of a grid dimension that the kernel's caller passes at run
+  # time (`grid=(n,)` with a traced `n`): JAX compares it by identity with
+  # its one instance, so reading gives back that instance.
+  dynamic = vars(core).get("dynamic_grid_dim")
+  if dynamic is not None:
+    def _decode_dynamic_grid_dim(fields, dynamic=dynamic):
+      if fields:
+        raise FormatError("jax.pallas.DynamicGridDim has no fields, but the "
+                          f"file gives {len(fields)}")
+      return dynamic
+    registry.register_param_codec(type(dynamic),
+                                  name="jax.pallas.DynamicGridDim",
+                                  encode=lambda v: (),
+                                  decode=_decode_dynamic_grid_dim)
   # Mosaic GPU barriers (extended dtypes, format version 5): frozen
   # dataclasses of plain fields (the number of arrivals, ...).
   for attr in ("BarrierType", "ClusterBarrierType"):

@@ -83,6 +83,13 @@ Changelog (newest last):
     equation's inputs (as JAX 0.10 writes it; 0.11+ writers refused it
     before). A reader from before these additions refuses files that use
     them (unknown record or primitive).
+    Also on 2026-11-25, without a schema change: the record type
+    `jax.experimental.sparse.COOInfo` (`coo_matvec`'s and `coo_matmat`'s
+    `spinfo`) and a param codec for the `tree` of sparse's generic
+    `todense` (jaxpr_io/sparse.py); the record type
+    `jax.pallas.DynamicGridDim` (a Pallas grid dimension sized at run time)
+    and the effect `jax.pallas.delay` (`pl.delay`). A reader from before
+    these additions refuses files that use them.
 """
 
 from __future__ import annotations

@@ -310,7 +310,16 @@ class Writer:
       params.encode_value(self, aval.sharding, sa.sharding)
     if not aval.manual_axis_type.empty:
       params.encode_value(self, aval.manual_axis_type, sa.manual_axis_type)
-    sa.memory_space = _MEMORY_SPACES[aval.memory_space]
+    memory_space = _MEMORY_SPACES.get(aval.memory_space)
+    if memory_space is None:
+      # e.g. a Mosaic TPU memory space (VMEM, SMEM, HBM) that
+      # `pltpu.with_memory_space_constraint` puts on an array.
+      raise UnsupportedError(
+          f"an array in memory space {aval.memory_space!r:.80} cannot be "
+          "stored: the format's array types (ShapedArray.memory_space) hold "
+          "only device, host and any; constrain memory spaces inside the "
+          "function that calls the kernel after loading")
+    sa.memory_space = memory_space
 
   def dim_expr(self, d) -> int:
     """String index of a symbolic dimension; all must share one scope."""

@@ -31,6 +31,7 @@ from jax._src.state import types as state_types
 from jax._src import checkify as jax_checkify
 from jax._src import hashable_array
 from jax._src import frozen_dict
+from jax.experimental.sparse import coo as sparse_coo
 from jax.experimental.sparse import util as sparse_util
 from jax._src import linear_util as lu
 from jax._src.export import _export as export_internal
@@ -465,6 +466,8 @@ NAMED_TUPLES: dict[str, type] = {
     "jax.lax.LinearSolveTuple": solves._LinearSolveTuple,  # pylint: disable=protected-access
     # Added in format version 4.
     "jax.experimental.sparse.SparseInfo": sparse_util.SparseInfo,
+    # Added in format version 5, without a schema change (2026-11-25).
+    "jax.experimental.sparse.COOInfo": sparse_coo.COOInfo,
 }
 
 # ------------------------------------------------------------- effects
@@ -505,6 +508,9 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      # Pallas semaphore signals and waits.
                      ("jax.pallas.semaphore",
                       "jax._src.pallas.primitives:sem_effect"),
+                     # `pl.delay`'s sleep, ordered within a kernel.
+                     ("jax.pallas.delay",
+                      "jax._src.pallas.primitives:delay_effect"),
                      # Communication between devices (Mosaic GPU's
                      # multimem stores and multicast semaphore signals).
                      ("jax.pallas.comms",
