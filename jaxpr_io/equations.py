@@ -265,6 +265,13 @@ def decode(decoder, cols: Columns) -> list:
     raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): "
                       f"{validate.describe_error(error)}") from None
 
+  # See compat.DICT_NO_EFFECTS; only programs that use such a primitive pay.
+  if any(kinds[k].primitive.name in compat.DICT_NO_EFFECTS for k in used):
+    for i, e in enumerate(eqns):
+      if e.primitive.name in compat.DICT_NO_EFFECTS and not e.effects:
+        eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params, {},
+                          e.source_info, e.ctx)
+
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.
   counts = np.bincount(kind_ids).tolist()

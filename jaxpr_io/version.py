@@ -71,6 +71,10 @@ Changelog (newest last):
     `remove_memory_space` join the vocabulary, with the effects
     `jax.pallas.semaphore`, `jax.pallas.gpu.*` and `jax.thunky`.
     Readers of version 5 read versions 1 to 4.
+    On 2026-11-25, without a schema change: the effect
+    `jax.lax.single_side_collective` (`jax.lax.psend`/`precv`'s one-sided
+    communication); a reader from before refuses files that use it
+    (unknown effect).
 """
 
 from __future__ import annotations
