@@ -112,6 +112,16 @@ def test_pbroadcast_round_trips_and_lowers_for_cuda(mesh):
   _same_cuda_lowering(loaded, f, (X,), ["collective_broadcast"])
 
 
+@pytest.mark.skipif(not hasattr(jax._src.lax.parallel, "pbroadcast_dynamic_p"),
+                    reason="a traced source index needs JAX 0.12's "
+                    "pbroadcast_dynamic")
+def test_pbroadcast_from_a_traced_source_lowers_for_cuda(mesh):
+  f = _on_mesh(mesh, lambda v: jax.lax.pbroadcast(v, "i", jnp.int32(3)))
+  _, loaded = _traced(f, "pbroadcast_dynamic", X, runs_here=False)
+  # JAX 0.12 lowers it for CUDA as a masked all-reduce.
+  _same_cuda_lowering(loaded, f, (X,), ["stablehlo.select", "all_reduce"])
+
+
 def _send_receive(v):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # jax.lax.psend
@@ -152,3 +162,83 @@ def test_ref_primitives_round_trip_and_compute_alike(f, primitives):
   assert set(primitives) <= _primitives(prog)
   assert_bit_identical(loaded(X), f(X))
   assert_same_outcome(jax.vmap, f, loaded, jnp.stack([X, X * 2]))
+
+
+def _broadcast_rows(v):
+  # Pallas's equal-rank `pl.broadcast_to` (jax._src.state.primitives).
+  from jax.experimental import pallas as pl  # pylint: disable=g-import-not-at-top
+  return pl.broadcast_to(v[:1], v.shape) + v
+
+
+def _accumulated(v):
+  # JAX binds accum_grad_in_ref on values whose gradient it accumulates in
+  # a reference (ad.py's backward pass gives them a RefAccum).
+  from jax._src import core  # pylint: disable=g-import-not-at-top
+  return core.accum_grad_in_ref(v) * 2
+
+
+@pytest.mark.parametrize("f,primitive", [(_broadcast_rows, "broadcast_to"),
+                                         (_accumulated, "accum_grad_in_ref")])
+def test_state_value_primitives_round_trip_and_compute_alike(f, primitive):
+  f = jax.jit(f)
+  _, loaded = _traced(f, primitive, X)
+  assert_bit_identical(loaded(X), f(X))
+  assert_same_outcome(jax.vmap, f, loaded, jnp.stack([X, X * 2]))
+  assert_same_outcome(lambda g: lambda v: jax.jvp(g, (v,), (v,)), f, loaded,
+                      X)
+
+
+# ----------------------------------- explicit sharding: reduced, unreduced
+@pytest.fixture(scope="module")
+def explicit_mesh():
+  return jax.make_mesh((8,), ("i",),
+                       axis_types=(jax.sharding.AxisType.Explicit,))
+
+
+def _gather_invariant(v):
+  return jax.lax.all_gather(v, "i", tiled=True, to="invarying")
+
+
+def _gather_reduced(v):
+  reduced = jax.lax.all_gather(v, "i", tiled=True, to="reduced")
+  return jax.lax.pcast(reduced, "i", to="varying")
+
+
+def _reduced_then_varying(v):
+  reduced = jax.lax.pcast(v, "i", to="reduced")
+  return jax.lax.pcast(reduced, "i", to="varying")
+
+
+def _sum_unreduced(v):
+  return jax.lax.psum(jax.lax.pcast(v, "i", to="unreduced"), "i")
+
+
+def _scatter_unreduced(v):
+  unreduced = jax.lax.pcast(jnp.tile(v, (8, 1)), "i", to="unreduced")
+  return jax.lax.psum_scatter(unreduced, "i", tiled=True)
+
+
+def _release_name(name):
+  # JAX 0.10 named the casts' primitives with a `_p` suffix.
+  return name + "_p" if jax.__version__.startswith("0.10.") else name
+
+
+@pytest.mark.parametrize("body,in_spec,out_spec,primitives", [
+    (_gather_invariant, P("i"), P(), ["all_gather_invariant"]),
+    (_gather_reduced, P("i"), P("i"),
+     ["all_gather_reduced", _release_name("reduced_vary_cast")]),
+    (_reduced_then_varying, P(), P("i"),
+     ["preduced", _release_name("reduced_vary_cast")]),
+    (_sum_unreduced, P("i"), P(),
+     ["unreduced_psum", _release_name("vary_unreduced_cast")]),
+    (_scatter_unreduced, P("i"), P("i"), ["unreduced_reduce_scatter"]),
+])
+def test_reduced_and_unreduced_collectives_compute_alike(
+    explicit_mesh, body, in_spec, out_spec, primitives):
+  f = jax.jit(jax.shard_map(body, mesh=explicit_mesh, in_specs=in_spec,
+                            out_specs=out_spec))
+  x = jax.device_put(X, jax.NamedSharding(explicit_mesh, in_spec))
+  prog, loaded = _traced(f, primitives[0], x)
+  assert set(primitives) <= _primitives(prog)
+  assert_bit_identical(loaded(x), f(x))
+  assert loaded(x).sharding == f(x).sharding
