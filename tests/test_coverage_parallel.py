@@ -21,7 +21,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import jaxpr_io
-from jaxpr_io import converters
+from jaxpr_io import compat, converters, records
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
 
@@ -242,3 +242,53 @@ def test_reduced_and_unreduced_collectives_compute_alike(
   assert set(primitives) <= _primitives(prog)
   assert_bit_identical(loaded(x), f(x))
   assert loaded(x).sharding == f(x).sharding
+
+
+_HAS_UNREDUCED_KIND = compat.UnreducedKind is not None
+
+
+@pytest.mark.skipif(not _HAS_UNREDUCED_KIND,
+                    reason="unreduced max/min axes are JAX 0.12's")
+@pytest.mark.parametrize("kind,reduce,collective,primitive", [
+    ("max", jax.lax.reduce_max, jax.lax.pmax, "unreduced_pmax"),
+    ("min", jax.lax.reduce_min, jax.lax.pmin, "unreduced_pmin"),
+])
+def test_unreduced_max_and_min_keep_their_kind(explicit_mesh, kind, reduce,
+                                               collective, primitive):
+  # A reduction whose out_sharding leaves axis i unreduced (by max or min),
+  # then shard_map completes it: the spec's and the avals' unreduced_kind
+  # must survive, or XLA refuses the loaded program.
+  spec = P(None, unreduced={"i"},
+           unreduced_kind=compat.UnreducedKind[kind])
+
+  @jax.jit
+  def f(v):
+    partial = reduce(v, (0,), out_sharding=jax.NamedSharding(explicit_mesh,
+                                                             spec))
+    return jax.shard_map(lambda w: collective(w, "i"), mesh=explicit_mesh,
+                         in_specs=spec, out_specs=P())(partial)
+
+  x = jax.device_put(X, jax.NamedSharding(explicit_mesh, P("i")))
+  _, loaded = _traced(f, primitive, x)
+  assert_bit_identical(loaded(x), f(x))
+
+
+def test_unreduced_kind_field_is_checked():
+  spec = (("i", None), frozenset({"j"}), frozenset())
+  if not _HAS_UNREDUCED_KIND:
+    with pytest.raises(jaxpr_io.UnsupportedError, match="JAX 0.12"):
+      records.decode_partition_spec((*spec, "max"))
+    return
+  decoded = records.decode_partition_spec((*spec, "max"))
+  assert decoded.unreduced_kind is compat.UnreducedKind.max
+  assert records.encode_partition_spec(decoded) == (*spec, "max")
+  # Sum, the default, is stored by leaving the field out.
+  assert len(records.encode_partition_spec(P("i", unreduced={"j"}))) == 3
+  for bad in ("sum", "mean", 3):
+    with pytest.raises(jaxpr_io.FormatError, match="unreduced_kind"):
+      records.decode_partition_spec((*spec, bad))
+  with pytest.raises(jaxpr_io.FormatError, match="without unreduced"):
+    records.decode_partition_spec((("i",), frozenset(), frozenset(), "max"))
+  with pytest.raises(jaxpr_io.FormatError, match="ManualAxisType"):
+    records.decode_manual_axis_type(
+        (frozenset(), frozenset(), frozenset(), "mean"))

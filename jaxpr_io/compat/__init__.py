@@ -113,6 +113,10 @@ UnspecifiedValue = named_sharding.UnspecifiedValue
 UNSPECIFIED = named_sharding.UNSPECIFIED
 PartitionSpec = partition_spec.PartitionSpec
 UnconstrainedSingleton = type(PartitionSpec.UNCONSTRAINED)
+# How unreduced axes combine (sum, max or min: JAX 0.12's
+# `jax.sharding.UnreducedKind`, a field of PartitionSpec and
+# ManualAxisType); None on releases where unreduced axes always sum.
+UnreducedKind = getattr(partition_spec, "UnreducedKind", None)
 # Exceptions JAX raises when it validates objects a reader builds (beyond
 # TypeError/ValueError): bad input, reported as a FormatError.
 JAX_VALIDATION_ERRORS = (named_sharding.DuplicateSpecError,)
