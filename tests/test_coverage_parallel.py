@@ -292,3 +292,51 @@ def test_unreduced_kind_field_is_checked():
   with pytest.raises(jaxpr_io.FormatError, match="ManualAxisType"):
     records.decode_manual_axis_type(
         (frozenset(), frozenset(), frozenset(), "mean"))
+
+
+# ------------------------------------------------------ known gaps refused
+# tests/primitive_census.py's PARAM_GAPS: programs JAX traces with these
+# primitives, which the format cannot hold yet. dumps must refuse them with
+# an UnsupportedError that names the equation, not write a broken file.
+def _async_psum(v):
+  from jax._src.lax import parallel  # pylint: disable=g-import-not-at-top
+  return parallel.ppermute_start(v, "i", _RING).done()
+
+
+def _pinned(v):
+  from jax._src.state import primitives as state  # pylint: disable=g-import-not-at-top
+  return state.unpin(state.pin(v)) + 1
+
+
+def _user_hi_primitive(v):
+  from jax._src import hijax  # pylint: disable=g-import-not-at-top
+
+  # The public base class: jax.experimental.hijax's VJPHiPrimitive (0.10),
+  # HiPrim (0.12).
+  base = getattr(hijax, "VJPHiPrimitive", None) or hijax.HiPrim
+
+  class Sin(base):
+
+    def __init__(self, aval):
+      self.in_avals, self.out_aval, self.params = (aval,), aval, {}
+      super().__init__()
+
+    def expand(self, x):
+      return jnp.sin(x)
+
+  return Sin(jax.typeof(v))(v) * 2
+
+
+@pytest.mark.parametrize("build,primitive,what", [
+    (lambda mesh: _on_mesh(mesh, _async_psum), "ppermute_start",
+     "AbstractFuture"),
+    (lambda mesh: jax.jit(_pinned), "pin", "AbstractLinVal"),
+    (lambda mesh: jax.jit(_user_hi_primitive), "call_hi_primitive",
+     "param '_prim'"),
+])
+def test_known_gaps_are_refused_by_name(mesh, build, primitive, what):
+  prog = jaxpr_io.trace(build(mesh), X)
+  assert primitive in _primitives(prog)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=rf"\({primitive}\).*{what}"):
+    jaxpr_io.dumps(prog)
