@@ -92,9 +92,10 @@ KNOWN_GAPS = {
 
 # Primitives jaxpr_io's table knows by name on some releases, whose params
 # or abstract values it cannot store yet: gaps, not storable (Mosaic GPU's
-# TMEM and multicast primitives were the last params gaps). Each of those
-# below is traced (tests/test_coverage_parallel.py's module docstring says
-# how) and dumps refuses it with UnsupportedError.
+# TMEM and multicast primitives were the last params gaps). JAX traces each
+# of those below into programs; dumps refuses them with an UnsupportedError
+# that names the equation (tests/test_coverage_parallel.py,
+# test_known_gaps_are_refused_by_name, shows one of each kind).
 _FUTURE = ("JAX's async collectives (jax._src.lax.parallel's *_start "
            "functions, no public API): a start's output is a "
            "core.AbstractFuture, which the schema's Aval cannot hold (a "

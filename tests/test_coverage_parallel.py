@@ -7,6 +7,12 @@ compute bit-identical results; the collectives that XLA:CPU cannot run
 (`ragged_all_to_all`, `pbroadcast`, `psend`/`precv` are GPU-only) are lowered
 for CUDA instead, and the loaded program's StableHLO must equal the
 original's. Runs on the 8 host CPU devices of tests/conftest.py.
+
+The reduced/unreduced collectives come from explicit-sharding programs
+(`jax.lax.pcast`, `all_gather(..., to=...)`, and JAX 0.12's reductions
+whose out_sharding leaves an axis unreduced by max or min). The primitives
+the format cannot hold yet (tests/primitive_census.py's PARAM_GAPS) are
+traced too, and dumps must refuse them by name.
 """
 
 from __future__ import annotations
