@@ -161,18 +161,20 @@ def _decode_unreduced_kind(record: str, fields: tuple, unreduced) -> dict:
   if len(fields) == 0:
     return {}
   name, = fields
+  if type(name) is not str:
+    raise FormatError(f"{record}: unreduced_kind {name!r} is not a "
+                      "string"[:500])
   if compat.UnreducedKind is None:
     raise UnsupportedError(
-        f"{record}: unreduced axes that combine by {name!r} need JAX 0.12 "
-        f"or later (this is JAX {jax.__version__}); load the file there")
-  if (type(name) is not str or name == "sum"
-      or name not in compat.UnreducedKind.__members__):
+        f"{record}: unreduced axes that combine by {name[:100]!r} need JAX "
+        f"0.12 or later (this is JAX {jax.__version__}); load the file there")
+  if name == "sum" or name not in compat.UnreducedKind.__members__:
     raise FormatError(f"{record}: unreduced_kind {name!r} is not one of "
                       f"{sorted(set(compat.UnreducedKind.__members__) - {'sum'})}"
                       " (sum is stored by leaving the field out)"[:500])
   if not unreduced:
     raise FormatError(f"{record}: unreduced_kind {name!r} without unreduced "
-                      "axes")
+                      "axes"[:500])
   return {"unreduced_kind": compat.UnreducedKind[name]}
 
 
