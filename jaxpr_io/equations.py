@@ -268,6 +268,12 @@ def decode(decoder, cols: Columns) -> list:
 
   if compat.MERGED_JAXPRS:
     _close_over_inputs(r, kinds, kind_ids, used, eqns)
+  # See compat.DICT_NO_EFFECTS; only programs that use such a primitive pay.
+  if any(kinds[k].primitive.name in compat.DICT_NO_EFFECTS for k in used):
+    for i, e in enumerate(eqns):
+      if e.primitive.name in compat.DICT_NO_EFFECTS and not e.effects:
+        eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params, {},
+                          e.source_info, e.ctx)
 
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.

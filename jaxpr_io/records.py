@@ -146,14 +146,58 @@ def decode_unconstrained(fields):
   return compat.PartitionSpec.UNCONSTRAINED
 
 
+def _unreduced_kind_field(value) -> tuple:
+  """() for unreduced axes that sum (JAX's default and the only kind before
+  JAX 0.12, so such records keep their three fields and their bytes), else
+  (the `UnreducedKind` member's name,): "max" or "min"."""
+  kind = getattr(value, "unreduced_kind", None)
+  if kind is None or kind is compat.UnreducedKind.sum:
+    return ()
+  return (kind.name,)
+
+
+def _decode_unreduced_kind(record: str, fields: tuple, unreduced) -> dict:
+  """{} or {"unreduced_kind": member} from the optional last field."""
+  if len(fields) == 0:
+    return {}
+  name, = fields
+  if type(name) is not str:
+    raise FormatError(f"{record}: unreduced_kind {name!r} is not a "
+                      "string"[:500])
+  if compat.UnreducedKind is None:
+    raise UnsupportedError(
+        f"{record}: unreduced axes that combine by {name[:100]!r} need JAX "
+        f"0.12 or later (this is JAX {jax.__version__}); load the file there")
+  if name == "sum" or name not in compat.UnreducedKind.__members__:
+    raise FormatError(f"{record}: unreduced_kind {name!r} is not one of "
+                      f"{sorted(set(compat.UnreducedKind.__members__) - {'sum'})}"
+                      " (sum is stored by leaving the field out)"[:500])
+  if not unreduced:
+    raise FormatError(f"{record}: unreduced_kind {name!r} without unreduced "
+                      "axes"[:500])
+  return {"unreduced_kind": compat.UnreducedKind[name]}
+
+
+def _optional_last(record: str, fields, names: tuple[str, ...]) -> tuple:
+  """`fields` with len(names) or len(names) + 1 values (the last one the
+  optional unreduced kind): (the required ones, the optional ones)."""
+  if type(fields) is tuple and len(fields) == len(names) + 1:
+    return fields[:-1], fields[-1:]
+  return _fields(record, fields, names), ()
+
+
 def encode_partition_spec(spec) -> tuple:
-  """Fields: (partitions: tuple, unreduced: frozenset, reduced: frozenset)."""
-  return (tuple(spec.partitions), spec.unreduced, spec.reduced)
+  """Fields: (partitions: tuple, unreduced: frozenset, reduced: frozenset)
+  and, for unreduced axes that do not sum (JAX 0.12), unreduced_kind: str
+  ("max" or "min")."""
+  return (tuple(spec.partitions), spec.unreduced, spec.reduced,
+          *_unreduced_kind_field(spec))
 
 
 def decode_partition_spec(fields):
-  partitions, unreduced, reduced = _fields(
-      _PARTITION_SPEC, fields, ("partitions", "unreduced", "reduced"))
+  fields, kind = _optional_last(_PARTITION_SPEC, fields,
+                                ("partitions", "unreduced", "reduced"))
+  partitions, unreduced, reduced = fields
   if type(partitions) is not tuple or not all(
       p is None or type(p) is str or p is compat.PartitionSpec.UNCONSTRAINED
       or (type(p) is tuple and all(type(a) is str for a in p))
@@ -183,8 +227,9 @@ def decode_partition_spec(fields):
   if unreduced & reduced:
     raise FormatError(f"{_PARTITION_SPEC}: unreduced and reduced axes "
                       f"overlap: {sorted(unreduced & reduced)!r}")
-  return compat.PartitionSpec(*partitions, unreduced=unreduced,
-                              reduced=reduced)
+  return compat.PartitionSpec(
+      *partitions, unreduced=unreduced, reduced=reduced,
+      **_decode_unreduced_kind(_PARTITION_SPEC, kind, unreduced))
 
 
 def encode_abstract_device(device) -> tuple:
@@ -339,21 +384,26 @@ def decode_device(fields):
 
 
 def encode_manual_axis_type(mat) -> tuple:
-  """Fields: (varying, unreduced, reduced), each a frozenset of axis names."""
-  return (mat.varying, mat.unreduced, mat.reduced)
+  """Fields: (varying, unreduced, reduced), each a frozenset of axis names,
+  and, for unreduced axes that do not sum (JAX 0.12), unreduced_kind: str
+  ("max" or "min")."""
+  return (mat.varying, mat.unreduced, mat.reduced,
+          *_unreduced_kind_field(mat))
 
 
 def decode_manual_axis_type(fields):
-  varying, unreduced, reduced = _fields(
-      "jax.ManualAxisType", fields, ("varying", "unreduced", "reduced"))
+  fields, kind = _optional_last("jax.ManualAxisType", fields,
+                                ("varying", "unreduced", "reduced"))
+  varying, unreduced, reduced = fields
   for name, value in (("varying", varying), ("unreduced", unreduced),
                       ("reduced", reduced)):
     if type(value) is not frozenset or not all(type(a) is str
                                                for a in value):
       raise FormatError(f"jax.ManualAxisType: {name} {value!r} is not a "
                         "frozenset of axis names"[:500])
-  return compat.ManualAxisType(varying=varying, unreduced=unreduced,
-                               reduced=reduced)
+  return compat.ManualAxisType(
+      varying=varying, unreduced=unreduced, reduced=reduced,
+      **_decode_unreduced_kind("jax.ManualAxisType", kind, unreduced))
 
 
 def _int_tuple(record: str, name: str, value) -> tuple:

@@ -90,6 +90,15 @@ Changelog (newest last):
     `jax.pallas.DynamicGridDim` (a Pallas grid dimension sized at run time)
     and the effect `jax.pallas.delay` (`pl.delay`). A reader from before
     these additions refuses files that use them.
+    Also on 2026-11-25, without a schema change: the effect
+    `jax.lax.single_side_collective` (`jax.lax.psend`/`precv`'s one-sided
+    communication); a reader from before refuses files that use it
+    (unknown effect). The records `jax.sharding.PartitionSpec` and
+    `jax.ManualAxisType` MAY carry a fourth field, the name of JAX 0.12's
+    `UnreducedKind` ("max" or "min") of unreduced axes that do not sum;
+    writers MUST leave it out for sum (so older files keep their bytes), and
+    a reader on a release without unreduced kinds refuses it
+    (UnsupportedError).
 """
 
 from __future__ import annotations

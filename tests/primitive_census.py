@@ -81,8 +81,36 @@ NOT_STORABLE = {
 # name -> what storing it still needs: primitives that jaxpr_io's table
 # knows (or that a traced program holds) whose params or abstract values it
 # cannot store yet. Work that remains (issue 12); `dumps` refuses programs
-# with them with an UnsupportedError naming the equation.
+# with them with an UnsupportedError naming the equation
+# (tests/test_coverage_parallel.py, test_known_gaps_are_refused_by_name).
+_FUTURE = ("JAX's async collectives (jax._src.lax.parallel's *_start "
+           "functions, no public API): a start's output is a "
+           "core.AbstractFuture, which the schema's Aval cannot hold (a "
+           "schema change: a new Aval kind)")
+_LIN_VAL = ("its value is a state.AbstractLinVal (a pinned, linear buffer; "
+            "jax._src.state.primitives), which the schema's Aval cannot hold "
+            "(a schema change: a new Aval kind)")
+_HI_MUTABLE = ("(JAX 0.10 jax._src.hijax; gone in 0.12) a Box or Log is a "
+               "mutable hijax type whose variables carry quasi-dynamic data, "
+               "which the schema cannot hold (writer.py refuses them)")
+_HI_PRIM = ("its `_prim` param is the user's VJPHiPrimitive object "
+            "(jax.experimental.hijax), whose expand/vjp/jvp/batch methods "
+            "are Python code; storing it needs a param codec that traces "
+            "those rules to jaxprs, as jaxpr_io/custom_rules.py does for "
+            "custom_vjp")
 GAPS: dict[str, str] = {
+    **dict.fromkeys((
+        "all_gather_start", "all_gather_done", "all_gather_reduced_start",
+        "all_to_all_start", "all_to_all_done", "pbroadcast_start",
+        "pbroadcast_done", "ppermute_start", "ppermute_done", "psum_start",
+        "psum_done", "psum_invariant_start", "reduce_scatter_start",
+        "reduce_scatter_done", "unreduced_psum_start",
+        "unreduced_reduce_scatter_start"), _FUTURE),
+    **dict.fromkeys(("pin", "unpin", "create_linear"), _LIN_VAL),
+    **dict.fromkeys(("new_box", "box_get", "box_set", "new_log",
+                     "log_extend"), _HI_MUTABLE),
+    **dict.fromkeys(("call_hi_primitive", "call_hi_primitive_linearized"),
+                    _HI_PRIM),
     "core_map": (
         "(JAX 0.10; 0.11+ has mpmd_map) its `mesh` (Mosaic TPU's "
         "TensorCoreMesh, Mosaic GPU's GPUMesh) and `debug_info` params need "
@@ -127,6 +155,16 @@ def census() -> dict[str, tuple[object, str]]:
 NEVER_TRACED: dict[str, str] = {
     # lax, linalg, random, custom rules, calls, export
     # collectives, state, hijax
+    "stage": "`jax.lax.stage` binds it with `_stage_bind_with_trace` "
+             "(jax/_src/lax/lax.py), which calls the trace's stage_value: "
+             "jaxpr traces (partial_eval.py) make the value a tracer or a "
+             "constant without an equation, the AD, batching, remat and "
+             "shard_map traces defer to their parent; only the eager "
+             "EvalTrace binds stage_p (core.py), outside any trace (JAX "
+             "0.10 and 0.12)",
+    "log_read": "(JAX 0.10 jax._src.hijax) ReadLog.abstract_eval raises, so "
+                "no trace can stage it: logs are read eagerly, outside "
+                "traces, where its to_lojax rule runs; JAX 0.12 has no logs",
     # sparse, Pallas
     **{name: "bound only by `_bcoo_dot_general_gpu_impl` "
              "(jax/experimental/sparse/bcoo.py), which `mlir.lower_fun` "

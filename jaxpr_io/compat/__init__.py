@@ -90,6 +90,11 @@ check_jaxpr = core.check_jaxpr
 definitely_equal = core.definitely_equal
 jaxpr_as_fun = core.jaxpr_as_fun
 no_effects = core.no_effects
+# Primitives whose abstract eval gives "no effects" as an empty dict, not a
+# set (`free_ref`, JAX 0.10 to 0.12). JAX's check_jaxpr compares an
+# equation's effects with the inferred ones by `!=`, and frozenset() != {}:
+# the reader gives their equations what JAX's tracer gives them.
+DICT_NO_EFFECTS = frozenset({"free_ref"})
 
 TypedInt = literals.TypedInt
 TypedFloat = literals.TypedFloat
@@ -111,6 +116,10 @@ UnspecifiedValue = named_sharding.UnspecifiedValue
 UNSPECIFIED = named_sharding.UNSPECIFIED
 PartitionSpec = partition_spec.PartitionSpec
 UnconstrainedSingleton = type(PartitionSpec.UNCONSTRAINED)
+# How unreduced axes combine (sum, max or min: JAX 0.12's
+# `jax.sharding.UnreducedKind`, a field of PartitionSpec and
+# ManualAxisType); None on releases where unreduced axes always sum.
+UnreducedKind = getattr(partition_spec, "UnreducedKind", None)
 # Exceptions JAX raises when it validates objects a reader builds (beyond
 # TypeError/ValueError): bad input, reported as a FormatError.
 JAX_VALIDATION_ERRORS = (named_sharding.DuplicateSpecError,)
@@ -515,6 +524,10 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      # multimem stores and multicast semaphore signals).
                      ("jax.pallas.comms",
                       "jax._src.pallas.core:comms_effect"),
+                     # One-sided sends and receives between devices
+                     # (`jax.lax.psend`/`precv`), which must stay in order.
+                     ("jax.lax.single_side_collective",
+                      "jax._src.lax.parallel:single_side_collective_effect"),
                      # Orders thunky's side-effecting thunks (0.12).
                      ("jax.thunky", "jax._src.thunky.thunky:thunk_effect")):
   _module_name, _attr = _path.split(":")

@@ -255,13 +255,12 @@ _HAS_NO_COLLECTIVES = "no_collectives" in jax_core.JaxprEqnContext.__slots__
 
 class Jax011(Adapter):
   release_line = "0.11"
-  name_to_format = {"eval_jaxpr": "closed_call",
-                    "reduced_vary_cast": "reduced_vary_cast_p",
-                    "vary_unreduced_cast": "vary_unreduced_cast_p"}
+  # 0.11 still names the casts `reduced_vary_cast_p` and
+  # `vary_unreduced_cast_p`, as files do; 0.12 dropped the suffix
+  # (jax_0_12.py).
+  name_to_format = {"eval_jaxpr": "closed_call"}
   name_from_format = {"closed_call": "eval_jaxpr", "call": "eval_jaxpr",
-                      "core_call": "eval_jaxpr",
-                      "reduced_vary_cast_p": "reduced_vary_cast",
-                      "vary_unreduced_cast_p": "vary_unreduced_cast"}
+                      "core_call": "eval_jaxpr"}
   params_to_format = {"jit": _jit_to_format, "scan": _scan_to_format,
                       "composite": _composite_to_format}
   params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format,

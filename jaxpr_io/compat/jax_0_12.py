@@ -3,7 +3,8 @@ detects 0.12's `no_collectives` context setting). What 0.12 added to the
 vocabulary, `erfc`'s `accuracy` param, is an optional param
 (`vocabulary.OPTIONAL_PARAMS`). 0.12 renamed Triton's `debug_barrier_p`
 primitive to `debug_barrier`, and Mosaic GPU's `wgmma_accumulator_deref_p`,
-`wgmma_accumulator_store_p` and `set_max_registers_p` the same way; files
+`wgmma_accumulator_store_p` and `set_max_registers_p` the same way, and
+the sharding casts `reduced_vary_cast_p` and `vary_unreduced_cast_p`; files
 keep the earlier names."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from jaxpr_io.compat.jax_0_11 import Jax011
 # This release's name -> the name files hold (0.10's and 0.11's).
 _P_SUFFIX_DROPPED = {name: name + "_p" for name in (
     "debug_barrier", "wgmma_accumulator_deref", "wgmma_accumulator_store",
-    "set_max_registers")}
+    "set_max_registers", "reduced_vary_cast", "vary_unreduced_cast")}
 
 
 class Jax012(Jax011):
