@@ -454,7 +454,10 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.pallas.comms",
                       "jax._src.pallas.core:comms_effect"),
                      # Orders thunky's side-effecting thunks (0.12).
-                     ("jax.thunky", "jax._src.thunky.thunky:thunk_effect")):
+                     ("jax.thunky", "jax._src.thunky.thunky:thunk_effect"),
+                     # lax.dce_sink's: keeps its operand from dead-code
+                     # elimination.
+                     ("jax.no_dce", "jax._src.lax.lax:no_dce_effect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)
