@@ -150,3 +150,121 @@ def test_dce_sink_keeps_its_effect():
   assert loaded.closed_jaxpr.jaxpr.effects == \
       jaxpr_io.trace(f, F).closed_jaxpr.jaxpr.effects
   assert loaded.closed_jaxpr.jaxpr.effects
+
+
+# ------------------------------------------------------------------ calls
+def _g(v):
+  return jnp.sin(v) * 2.0
+
+
+@pytest.mark.skipif(not _JAX_010, reason="JAX 0.10's call primitives; 0.11+ "
+                    "has one, eval_jaxpr (below)")
+def test_jax010_call_primitives_round_trip():
+  from jax._src import api_util  # pylint: disable=g-import-not-at-top
+  from jax._src import linear_util as lu  # pylint: disable=g-import-not-at-top
+  from jax._src.lax.eval_jaxpr import eval_jaxpr_p  # pylint: disable=g-import-not-at-top
+  from jax.extend.core.primitives import call_p  # pylint: disable=g-import-not-at-top
+
+  def with_call(x):
+    fun = lu.wrap_init(lambda v: [_g(v)],
+                       debug_info=api_util.debug_info("call", _g, (x,), {}))
+    return call_p.bind(x, subfuns=(fun,))[0] + 1.0
+
+  # lax's eval_jaxpr (bound as custom_derivatives._lower_and_eval binds it)
+  # is staged out as closed_call.
+  closed = jax.make_jaxpr(_g)(F)
+
+  def with_closed_call(x):
+    return eval_jaxpr_p.bind(x, jaxpr=closed)[0] + 1.0
+
+  for f, primitive in ((with_call, "call"), (with_closed_call, "closed_call")):
+    loaded = round_trips(f, primitive, F)
+    _sum_grad_and_vmap(f, loaded, F)
+
+
+@pytest.mark.skipif(_JAX_010, reason="JAX 0.11+'s eval_jaxpr")
+def test_eval_jaxpr_round_trips():
+  traced = jax.jit(_g).trace(F)   # calling a Traced binds eval_jaxpr
+  f = lambda x: traced(x) + 1.0
+  loaded = round_trips(f, "eval_jaxpr", F)
+  _sum_grad_and_vmap(f, loaded, F)
+
+
+# ------------------------------------------------------ layouts, sharding
+def test_layout_constraint_round_trips():
+  from jax.experimental import layout  # pylint: disable=g-import-not-at-top
+  f = lambda x: layout.with_layout_constraint(x * 2.0, layout.Layout((0,)))
+  loaded = round_trips(f, "layout_constraint", F)
+  _sum_grad_and_vmap(f, loaded, F)
+
+
+def test_shard_alike_round_trips():
+  shard_alike = pytest.importorskip(
+      "jax.experimental.shard_alike",
+      reason="JAX 0.12 has no shard_alike").shard_alike
+  f = lambda x: shard_alike(x, jnp.cos(x))[1] * 2.0
+  loaded = round_trips(f, "shard_alike", F)
+  _sum_grad_and_vmap(f, loaded, F)
+
+
+@pytest.mark.skipif(_JAX_010, reason="JAX 0.12's relayout")
+def test_a_value_with_a_layout_is_refused():
+  # relayout sets the output aval's layout, which the format does not hold:
+  # dumps refuses it instead of loading a different program.
+  from jax._src import pjit  # pylint: disable=g-import-not-at-top
+  from jax.experimental import layout  # pylint: disable=g-import-not-at-top
+  prog = jaxpr_io.trace(lambda x: pjit.relayout(x, layout.Layout((0,))), F)
+  assert "relayout" in _primitives(prog)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"equation 0 \(relayout\).*layout.*Aval"):
+    jaxpr_io.dumps(prog)
+
+
+# ------------------------------------- sort comparators (JAX 0.10 only)
+@pytest.mark.skipif(not _JAX_010, reason="JAX 0.11+ binds them only while "
+                    "lowering (tests/primitive_census.py NEVER_TRACED)")
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted_comparators_round_trip(side):
+  # Complex keys compare (real, imag) lexicographically: lt_to or le_to,
+  # and eq_to.
+  z = F + 1j * F[::-1]
+  f = lambda q: jnp.searchsorted(jnp.sort(z), q, side=side)
+  prog = jaxpr_io.trace(f, z)
+  assert {"eq_to", "lt_to", "le_to"} & _primitives(prog) == (
+      {"eq_to", "lt_to", "le_to"} if side == "left" else {"eq_to", "lt_to"})
+  loaded = assert_roundtrip(prog)
+  assert_bit_identical(jax.jit(loaded)(z), jax.jit(f)(z))
+  assert_same_outcome(jax.vmap, f, loaded, jnp.stack([z, z * 2]))
+
+
+# ---------------------------------------------- JAX 0.12's lax primitives
+_LAX_012 = [
+    ("log2", lambda x: lax.log2(x) * 3.0),
+    ("one_minus_square", lambda x: lax.one_minus_square(x)),
+    ("polynomial", lambda x: lax.polynomial(x, (1.0, -2.0, 3.0))),
+]
+
+
+@pytest.mark.skipif(_JAX_010, reason="new in JAX 0.11+")
+@pytest.mark.parametrize("primitive,f", _LAX_012,
+                         ids=[p for p, _ in _LAX_012])
+def test_new_lax_primitive_round_trips(primitive, f):
+  _sum_grad_and_vmap(f, round_trips(f, primitive, F), F)
+
+
+@pytest.mark.skipif(_JAX_010, reason="new in JAX 0.11+")
+def test_program_order_round_trips():
+  from jax._src import program_order  # pylint: disable=g-import-not-at-top
+  f = program_order.program_order(enforce=True)(
+      lambda x: jnp.sin(x) * 2.0)
+  loaded = round_trips(f, "program_order", F)
+  _sum_grad_and_vmap(f, loaded, F)
+
+
+def test_scaled_dot_round_trips():
+  a = (A / 4).astype(jnp.float8_e4m3fn)
+  scale = jnp.full((4, 1), 2.0, jnp.float8_e8m0fnu)
+  f = lambda lhs, rhs: lax.scaled_dot(lhs, rhs, lhs_scale=scale,
+                                      rhs_scale=scale.T,
+                                      preferred_element_type=jnp.float32)
+  round_trips(f, "scaled_dot", a, a.T)

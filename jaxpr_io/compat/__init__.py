@@ -29,6 +29,7 @@ from jax._src import source_info_util
 from jax._src.state import types as state_types
 from jax._src import checkify as jax_checkify
 from jax._src import hashable_array
+from jax._src import layout as jax_layout
 from jax._src import frozen_dict
 from jax.experimental.sparse import util as sparse_util
 from jax._src import linear_util as lu
@@ -410,6 +411,18 @@ NAMED_TUPLES: dict[str, type] = {
     # Added in format version 4.
     "jax.experimental.sparse.SparseInfo": sparse_util.SparseInfo,
 }
+
+# -------------------------------------------------------------- layouts
+_AUTO_LAYOUT = jax_layout.AutoLayout
+
+
+def aval_layout(aval):
+  """The layout a ShapedArray carries (JAX 0.12's `ShapedArray.layout`, set
+  by `relayout`), or None where it carries the default (AutoLayout) or the
+  release has no such field. The format's Aval holds no layout."""
+  layout = getattr(aval, "layout", _AUTO_LAYOUT)
+  return None if layout is _AUTO_LAYOUT else layout
+
 
 # ------------------------------------------------------------- effects
 # Effects that are singletons: stable name -> the instance.
