@@ -71,6 +71,11 @@ Changelog (newest last):
     `remove_memory_space` join the vocabulary, with the effects
     `jax.pallas.semaphore`, `jax.pallas.gpu.*` and `jax.thunky`.
     Readers of version 5 read versions 1 to 4.
+    Later on 2026-11-25, without a schema change: the effect `jax.no_dce`
+    (`lax.dce_sink`'s) and the record type `jax.PrimalTangentDType`
+    (`jax.experimental.primal_tangent_dtype`, an extended element type that
+    `to_edtype` / `from_edtype` convert to and from). A reader from before
+    these additions refuses files that use them (unknown effect or record).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ jitted and under the transformations it supports cheaply."""
 from __future__ import annotations
 
 import jax
+import jax.experimental
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -268,3 +269,32 @@ def test_scaled_dot_round_trips():
                                       rhs_scale=scale.T,
                                       preferred_element_type=jnp.float32)
   round_trips(f, "scaled_dot", a, a.T)
+
+
+# -------------------------------------------------- reached through rules
+def _branches(x):
+  return lax.cond(x.sum() > 3, lambda v: jnp.sin(v) * jnp.exp(v),
+                  lambda v: jnp.cos(v) ** 3, x)
+
+
+def test_empty2_of_cond_residuals_round_trips():
+  # grad of a cond whose branches keep different residuals fills the
+  # missing ones with empty2 (conditionals.py, via ad_util.empty_like_aval).
+  f = jax.grad(lambda x: _branches(x).sum())
+  round_trips(f, "empty2", F)
+  round_trips(f, "empty2", -F)
+
+
+def test_extended_dtype_conversions_round_trip():
+  pt = jax.experimental.primal_tangent_dtype(jnp.float32, jnp.float32)
+
+  def f(x):
+    y = lax.convert_element_type(x * 2.0, pt)
+    return lax.convert_element_type(y, jnp.float32) + 1.0
+
+  prog = jaxpr_io.trace(f, F)
+  assert {"to_edtype", "from_edtype"} <= _primitives(prog)
+  loaded = assert_roundtrip(prog)
+  assert loaded.closed_jaxpr.jaxpr.eqns[1].params["edtype"] == pt
+  assert_bit_identical(jax.jit(loaded)(F), jax.jit(f)(F))
+  assert_same_outcome(jax.vmap, f, loaded, jnp.stack([F, F * 2]))

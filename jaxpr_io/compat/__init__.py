@@ -412,6 +412,9 @@ NAMED_TUPLES: dict[str, type] = {
     "jax.experimental.sparse.SparseInfo": sparse_util.SparseInfo,
 }
 
+# jax.experimental.primal_tangent_dtype's extended element type.
+PrimalTangentDType = jax_dtypes.PrimalTangentDType
+
 # -------------------------------------------------------------- layouts
 _AUTO_LAYOUT = jax_layout.AutoLayout
 
