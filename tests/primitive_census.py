@@ -138,9 +138,41 @@ def _gap_key(name: str, module: str) -> str | None:
 # and no round-trip test is asked of them (`uncovered`).
 NEVER_TRACED: dict[str, str] = {
     # lax, linalg, random, custom rules, calls, export
+    "tie": "jax/_src/lax/lax.py binds it only in its own JVP rule; nothing "
+           "else in JAX binds it",
+    "select_and_scatter": "bound only by _select_and_scatter_add_impl "
+                          "(jax/_src/lax/windowed_reductions.py), which is "
+                          "select_and_scatter_add's lowering (mlir.lower_fun)",
+    "zeros_like": "jax/_src/ad_util.py defines it; nothing in JAX binds it",
+    "custom_jvp_call_jaxpr": "a stub jax/_src/custom_derivatives.py keeps "
+                             "for old imports; nothing in JAX binds it",
+    "unreachable": "custom_derivatives.unreachable, its only binder, passes "
+                   "out_avals as a list, which JAX (0.7+) refuses as an "
+                   "unhashable param, so no program can hold it; its only "
+                   "user, disallow_jvp, is itself unused",
     # collectives, state, hijax
     # sparse, Pallas
 }
+
+if jax.__version__.startswith("0.10."):
+  NEVER_TRACED.update({
+      # lax, linalg, random, custom rules, calls, export
+      "eval_jaxpr": "(JAX 0.10's lax primitive) its staging rule "
+                    "(jax/_src/lax/eval_jaxpr.py custom_staging_rules) "
+                    "stages it out as closed_call; JAX 0.11+'s eval_jaxpr "
+                    "is another primitive, which traced programs hold",
+  })
+else:
+  NEVER_TRACED.update({
+      # lax, linalg, random, custom rules, calls, export
+      **{name: "(JAX 0.11+) bound only by lax._sort_lt_comparator and "
+               "_sort_le_comparator: in sort's lowering, and in "
+               "jnp.searchsorted's implementations (jax/_src/numpy/hijax.py), "
+               "which SearchSorted.expand runs when call_hi_primitive is "
+               "lowered (to_lojax); JAX 0.10 traces them in searchsorted "
+               "(tests/test_coverage_lax.py)"
+         for name in ("eq_to", "le_to", "lt_to")},
+  })
 
 
 def classify() -> dict[str, list[tuple[str, str]]]:
