@@ -74,8 +74,10 @@ Changelog (newest last):
     Later on 2026-11-25, without a schema change: the effect `jax.no_dce`
     (`lax.dce_sink`'s) and the record type `jax.PrimalTangentDType`
     (`jax.experimental.primal_tangent_dtype`, an extended element type that
-    `to_edtype` / `from_edtype` convert to and from). A reader from before
-    these additions refuses files that use them (unknown effect or record).
+    `to_edtype` / `from_edtype` convert to and from); `inspect_sharding`'s
+    `callback` param codec (a registered callback's name, as
+    `buffer_callback`'s). A reader from before these additions refuses
+    files that use them (unknown effect, record or param).
 """
 
 from __future__ import annotations

@@ -146,6 +146,11 @@ NEVER_TRACED: dict[str, str] = {
     "zeros_like": "jax/_src/ad_util.py defines it; nothing in JAX binds it",
     "custom_jvp_call_jaxpr": "a stub jax/_src/custom_derivatives.py keeps "
                              "for old imports; nothing in JAX binds it",
+    **{name: "bound only in shape_poly.compute_dim_vars_from_arg_shapes "
+             "(jax/_src/export/shape_poly.py), which jax.export lowers at "
+             "once with mlir.lower_fun while wrapping a shape-polymorphic "
+             "module's main function (_export._wrap_main_func)"
+       for name in ("shape_assertion", "dimension_size")},
     "unreachable": "custom_derivatives.unreachable, its only binder, passes "
                    "out_avals as a list, which JAX (0.7+) refuses as an "
                    "unhashable param, so no program can hold it; its only "

@@ -21,7 +21,7 @@ from jax._src.random import philox2x32, philox4x32, threefry4x32
 from jax.extend.random import threefry_2x32
 
 import jaxpr_io
-from jaxpr_io import compat, validate
+from jaxpr_io import callbacks, compat, validate
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
 
@@ -298,3 +298,40 @@ def test_extended_dtype_conversions_round_trip():
   assert loaded.closed_jaxpr.jaxpr.eqns[1].params["edtype"] == pt
   assert_bit_identical(jax.jit(loaded)(F), jax.jit(f)(F))
   assert_same_outcome(jax.vmap, f, loaded, jnp.stack([F, F * 2]))
+
+
+# ------------------------------------------------------- inspect_sharding
+_SEEN_SHARDINGS: list = []
+
+
+@callbacks.register_callback(
+    "tests.test_coverage_lax.record_sharding")
+def _record_sharding(sharding):
+  _SEEN_SHARDINGS.append(sharding)
+
+
+def _inspected(x):
+  jax.debug.inspect_array_sharding(x, callback=_record_sharding)
+  return x * 2.0
+
+
+def test_inspect_sharding_calls_the_registered_function():
+  round_trips(_inspected, "inspect_sharding", F)
+  # Compiling calls the function: at another shape, so that nothing comes
+  # from a compilation cache.
+  _SEEN_SHARDINGS.clear()
+  x = jnp.ones((3,), jnp.float32)
+  jax.jit(jaxpr_io.loads(jaxpr_io.dumps(jaxpr_io.trace(_inspected, x)))
+          ).lower(x).compile()
+  assert len(_SEEN_SHARDINGS) == 1
+  jax.jit(_inspected).lower(x).compile()
+  assert len(_SEEN_SHARDINGS) == 2
+  assert _SEEN_SHARDINGS[0] == _SEEN_SHARDINGS[1]
+
+
+def test_unregistered_inspect_sharding_callback_is_refused_at_dumps():
+  def f(x):
+    jax.debug.inspect_array_sharding(x, callback=lambda s: None)
+    return x
+  with pytest.raises(jaxpr_io.UnsupportedError, match="register_callback"):
+    jaxpr_io.dumps(jaxpr_io.trace(f, F))
