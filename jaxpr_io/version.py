@@ -76,7 +76,8 @@ Changelog (newest last):
     (`jax.experimental.primal_tangent_dtype`, an extended element type that
     `to_edtype` / `from_edtype` convert to and from); `inspect_sharding`'s
     `callback` param codec (a registered callback's name, as
-    `buffer_callback`'s). A reader from before these additions refuses
+    `buffer_callback`'s); the enums `jax.cudnn.AttentionLayout` and
+    `jax.cudnn.MaskType` (cuDNN attention's params). A reader from before these additions refuses
     files that use them (unknown effect, record or param).
 """
 

@@ -21,7 +21,7 @@ from jax._src.random import philox2x32, philox4x32, threefry4x32
 from jax.extend.random import threefry_2x32
 
 import jaxpr_io
-from jaxpr_io import callbacks, compat, validate
+from jaxpr_io import callbacks, compat, converters, validate
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
 
@@ -335,3 +335,58 @@ def test_unregistered_inspect_sharding_callback_is_refused_at_dumps():
     return x
   with pytest.raises(jaxpr_io.UnsupportedError, match="register_callback"):
     jaxpr_io.dumps(jaxpr_io.trace(f, F))
+
+
+# ---------------------------------------------------------- cuDNN (CUDA)
+@pytest.fixture
+def pretend_cudnn(monkeypatch):
+  """jax.nn's cuDNN paths ask the installed cuDNN for its version before
+  tracing; this CPU machine has none. The version only picks among
+  features (9.10 supports all these programs); programs lower for CUDA."""
+  from jax._src.cudnn import fused_attention_stablehlo  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(fused_attention_stablehlo, "check_cudnn_version",
+                      lambda: 91000)
+
+
+_Q = (jnp.arange(1 * 128 * 2 * 64, dtype=jnp.float32).reshape(1, 128, 2, 64)
+      % 7 / 7).astype(jnp.bfloat16)
+
+
+def _attention(q):
+  return jax.nn.dot_product_attention(q, q * 2, q, is_causal=True,
+                                      implementation="cudnn")
+
+
+def _attention_loss(q):
+  return _attention(q).astype(jnp.float32).sum()
+
+
+def _same_cuda_lowering(loaded, original, args, targets):
+  """Both lower for CUDA to the same custom calls, among them `targets`."""
+  from tests.test_experimental_primitives import _custom_calls  # pylint: disable=g-import-not-at-top
+  checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in targets]
+  got = converters.to_exported(loaded, platforms=["cuda"],
+                               disabled_checks=checks)
+  want = jax.export.export(jax.jit(original), platforms=["cuda"],
+                           disabled_checks=checks)(*args)
+  assert _custom_calls(got) == _custom_calls(want)
+  for target in targets:
+    assert any(f"@{target}(" in line for line in _custom_calls(got)), target
+
+
+@pytest.mark.parametrize("f,primitives,targets", [
+    (_attention, {"dot_product_attention_fwd_wrapper"},
+     ["__cudnn$fmhaSoftmax"]),
+    (jax.grad(_attention_loss), {"dot_product_attention_fwd_wrapper",
+                                 "dot_product_attention_bwd_wrapper"},
+     ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"]),
+], ids=["fwd", "grad"])
+def test_cudnn_attention_round_trips_and_lowers_for_cuda(pretend_cudnn, f,
+                                                          primitives,
+                                                          targets):
+  del pretend_cudnn
+  prog = jaxpr_io.trace(f, _Q)
+  assert primitives <= _primitives(prog)
+  # No CPU lowering: check=True (which compiles here) cannot pass.
+  loaded = assert_roundtrip(prog, check=False)
+  _same_cuda_lowering(loaded, f, (_Q,), targets)

@@ -29,6 +29,7 @@ from jax._src import source_info_util
 from jax._src.state import types as state_types
 from jax._src import checkify as jax_checkify
 from jax._src import hashable_array
+from jax._src.cudnn import fused_attention_stablehlo as fused_attention
 from jax._src import layout as jax_layout
 from jax._src import frozen_dict
 from jax.experimental.sparse import util as sparse_util
@@ -398,6 +399,9 @@ ENUMS: dict[str, type] = {
     "jax.sharding.AxisType": mesh_lib.AxisType,
     "jax.MemorySpace": core.MemorySpace,
     "jaxlib.ArrayCopySemantics": _jax.ArrayCopySemantics,
+    # cuDNN attention (jax.nn.dot_product_attention(implementation="cudnn")).
+    "jax.cudnn.AttentionLayout": fused_attention.AttentionLayout,
+    "jax.cudnn.MaskType": fused_attention.MaskType,
 }
 
 # ------------------------------------------------------------- NamedTuples
