@@ -374,19 +374,46 @@ def _same_cuda_lowering(loaded, original, args, targets):
     assert any(f"@{target}(" in line for line in _custom_calls(got)), target
 
 
-@pytest.mark.parametrize("f,primitives,targets", [
-    (_attention, {"dot_product_attention_fwd_wrapper"},
+# FP8 attention: training needs head dim 128 and lengths that are multiples
+# of 128; every scale 1.
+_Q8 = _Q.reshape(1, 128, 1, 128).astype(jnp.float8_e4m3fn)
+
+
+def _attention_fp8(q):
+  from jax._src.cudnn import fused_attention_stablehlo as fa  # pylint: disable=g-import-not-at-top
+  one = jnp.ones((1, 1, 1, 1), jnp.float32)
+  return fa.dot_product_attention(
+      q, q, q, fp8_params={k: one for k in fa.fp8_params_keys},
+      use_fp8=True, mask_type=fa.MaskType.CAUSAL)[0]
+
+
+def _scaled_matmul(a):
+  scales = jnp.ones((2, 32, 2), jnp.float8_e8m0fnu)
+  return jax.nn.scaled_matmul(a.astype(jnp.float8_e4m3fn),
+                              a[:, ::-1].astype(jnp.float8_e4m3fn),
+                              scales, scales)
+
+
+@pytest.mark.parametrize("f,x,primitives,targets", [
+    (_attention, _Q, {"dot_product_attention_fwd_wrapper"},
      ["__cudnn$fmhaSoftmax"]),
-    (jax.grad(_attention_loss), {"dot_product_attention_fwd_wrapper",
-                                 "dot_product_attention_bwd_wrapper"},
+    (jax.grad(_attention_loss), _Q, {"dot_product_attention_fwd_wrapper",
+                                     "dot_product_attention_bwd_wrapper"},
      ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"]),
-], ids=["fwd", "grad"])
-def test_cudnn_attention_round_trips_and_lowers_for_cuda(pretend_cudnn, f,
-                                                          primitives,
-                                                          targets):
+    (_attention_fp8, _Q8, {"dot_product_attention_fp8_fwd_wrapper"},
+     ["__cudnn$fmhaSoftmaxF8"]),
+    (jax.grad(lambda q: _attention_fp8(q).astype(jnp.float32).sum()), _Q8,
+     {"dot_product_attention_fp8_fwd_wrapper",
+      "dot_product_attention_fp8_bwd_wrapper"},
+     ["__cudnn$fmhaSoftmaxF8", "__cudnn$fmhaSoftmaxBackwardF8"]),
+    (_scaled_matmul, jnp.linspace(-2, 2, 2 * 32 * 64).reshape(2, 32, 64),
+     {"scaled_matmul_wrapper"}, ["__op$block_scaled_dot"]),
+], ids=["fwd", "grad", "fp8_fwd", "fp8_grad", "scaled_matmul"])
+def test_cudnn_primitives_round_trip_and_lower_for_cuda(pretend_cudnn, f, x,
+                                                         primitives, targets):
   del pretend_cudnn
-  prog = jaxpr_io.trace(f, _Q)
+  prog = jaxpr_io.trace(f, x)
   assert primitives <= _primitives(prog)
   # No CPU lowering: check=True (which compiles here) cannot pass.
   loaded = assert_roundtrip(prog, check=False)
-  _same_cuda_lowering(loaded, f, (_Q,), targets)
+  _same_cuda_lowering(loaded, f, (x,), targets)
