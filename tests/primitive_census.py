@@ -91,9 +91,33 @@ KNOWN_GAPS = {
 
 
 # Primitives jaxpr_io's table knows by name on some releases, whose params
-# it cannot store yet: gaps, not storable. None today (Mosaic GPU's TMEM and
-# multicast primitives were the last).
-PARAM_GAPS: dict[str, str] = {}
+# it cannot store yet: gaps, not storable (Mosaic GPU's TMEM and multicast
+# primitives were the last to leave; tests/test_coverage_lax.py checks that
+# dumps refuses the ones below).
+PARAM_GAPS: dict[str, str] = {
+    # lax, linalg, random, custom rules, calls, export (dumps refuses them
+    # with UnsupportedError naming the param)
+    "call_exported": "its `exported` param is a jax.export.Exported (a "
+                     "serialized StableHLO module): a codec, and a trust "
+                     "decision on StableHLO from untrusted files",
+    "custom_partitioning": "its `call`, `partition`, "
+                           "`infer_sharding_from_operands`, "
+                           "`propagate_user_sharding` and `decode_shardings` "
+                           "are Python functions: codecs (registered names, "
+                           "or jaxprs for `call`)",
+    "remat_opt": "(custom_vjp with optimize_remat=True) its "
+                 "`fun_jaxpr_thunk` is a thunk that traces the primal "
+                 "function: a codec storing that jaxpr",
+    "linear_call": "its `transpose_thunk` is a thunk that traces the "
+                   "transpose: a codec storing that jaxpr",
+    "custom_lin": "(in linearized custom_vjp programs) its `bwd` is the "
+                  "custom_vjp's backward rule as a WrappedFun: the codec of "
+                  "custom_vjp_call's `bwd` (jaxpr_io/custom_rules.py) "
+                  "extended to it",
+    "relayout": "(JAX 0.12) dumps refuses it: its output's aval carries the "
+                "layout (ShapedArray.layout), which the schema's Aval does "
+                "not hold; needs a schema field",
+}
 
 
 def census() -> dict[str, tuple[object, str]]:
@@ -151,6 +175,15 @@ NEVER_TRACED: dict[str, str] = {
              "once with mlir.lower_fun while wrapping a shape-polymorphic "
              "module's main function (_export._wrap_main_func)"
        for name in ("shape_assertion", "dimension_size")},
+    **{name: "cuDNN: bound only in the impl of its *_wrapper primitive "
+             "(jax/_src/cudnn/fused_attention_stablehlo.py, "
+             "scaled_matmul_stablehlo.py), which runs eagerly, and as the "
+             "function of the custom_partitioning that lowers the wrapper "
+             "(and its partition callback); traced programs hold the "
+             "wrapper (tests/test_coverage_lax.py)"
+       for name in ("dot_product_attention_fwd", "dot_product_attention_bwd",
+                    "dot_product_attention_fp8_fwd",
+                    "dot_product_attention_fp8_bwd", "scaled_matmul")},
     "unreachable": "custom_derivatives.unreachable, its only binder, passes "
                    "out_avals as a list, which JAX (0.7+) refuses as an "
                    "unhashable param, so no program can hold it; its only "

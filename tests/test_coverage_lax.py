@@ -417,3 +417,52 @@ def test_cudnn_primitives_round_trip_and_lower_for_cuda(pretend_cudnn, f, x,
   # No CPU lowering: check=True (which compiles here) cannot pass.
   loaded = assert_roundtrip(prog, check=False)
   _same_cuda_lowering(loaded, f, (x,), targets)
+
+
+# ---------------------------------------------- known gaps (PARAM_GAPS)
+def _with_custom_partitioning(x):
+  from jax.experimental.custom_partitioning import custom_partitioning  # pylint: disable=g-import-not-at-top
+  f = custom_partitioning(jnp.sin)
+  f.def_partition(infer_sharding_from_operands=lambda *_: None,
+                  partition=lambda *_: None, sharding_rule="i -> i")
+  return f(x)
+
+
+def _with_remat_opt(x):
+  f = jax.custom_vjp(jnp.sin)
+  f.defvjp(lambda v: (jnp.sin(v), jnp.cos(v)), lambda r, g: (g * r,),
+           optimize_remat=True)
+  return jax.grad(lambda v: f(v).sum())(x)   # the forward pass holds it
+
+
+def _with_linear_call(x):
+  double = lambda _, t: t * 2.0
+  return jax.custom_derivatives.linear_call(double, double, (), x)
+
+
+def _with_custom_lin(x):
+  f = jax.custom_vjp(jnp.sin)
+  f.defvjp(lambda v: (jnp.sin(v), jnp.cos(v)), lambda r, g: (g * r,))
+  return jax.linearize(f, x)[1](x)
+
+
+def _with_call_exported(x):
+  exported = jax.export.export(jax.jit(jnp.sin))(x)
+  return exported.call(x)
+
+
+@pytest.mark.parametrize("f,primitive,param", [
+    (_with_custom_partitioning, "custom_partitioning", "partition"),
+    (_with_remat_opt, "remat_opt", "fun_jaxpr_thunk"),
+    (_with_linear_call, "linear_call", "transpose_thunk"),
+    (_with_custom_lin, "custom_lin", "bwd"),
+    (_with_call_exported, "call_exported", "exported"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_param_gaps_are_refused_naming_the_param(f, primitive, param):
+  from tests import primitive_census  # pylint: disable=g-import-not-at-top
+  assert primitive in primitive_census.PARAM_GAPS
+  prog = jaxpr_io.trace(f, F)
+  assert primitive in _primitives(prog)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=rf"\({primitive}\), param '{param}'"):
+    jaxpr_io.dumps(prog)
