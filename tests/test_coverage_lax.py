@@ -466,3 +466,14 @@ def test_param_gaps_are_refused_naming_the_param(f, primitive, param):
   with pytest.raises(jaxpr_io.UnsupportedError,
                      match=rf"\({primitive}\), param '{param}'"):
     jaxpr_io.dumps(prog)
+
+
+def test_a_bad_primal_tangent_dtype_record_is_a_format_error():
+  from jaxpr_io import records  # pylint: disable=g-import-not-at-top
+  f32 = np.dtype(np.float32)
+  for fields in ((f32, f32), (f32, "float32", "name"), (f32, f32, 3),
+                 (jax.random.key(0).dtype, f32, "name")):
+    with pytest.raises(jaxpr_io.FormatError, match="PrimalTangentDType"):
+      records.decode_primal_tangent_dtype(fields)
+  assert records.decode_primal_tangent_dtype((f32, f32, "pt")) == \
+      jax.experimental.primal_tangent_dtype(f32, f32, "pt")
