@@ -335,6 +335,14 @@ def decode_buffer_callback(stored, params):
   return _lookup(stored)
 
 
+# ------------------------------------------------------ inspect_sharding
+# `jax.debug.inspect_array_sharding` binds the user function itself; it
+# receives the value's sharding when the program is compiled.
+def encode_inspect_sharding_callback(callback, params) -> str:
+  del params
+  return _name_of(callback, "jax.debug.inspect_array_sharding")
+
+
 # ------------------------------------------------------- debug_callback
 def encode_debug_callback(callback, params) -> tuple:
   del params
@@ -452,6 +460,8 @@ _CODECS = (
     # jaxpr_io/trust.py's decision.
     ("ffi_call", "result_avals", encode_avals, decode_avals),
     ("buffer_callback", "callback", encode_buffer_callback,
+     decode_buffer_callback),
+    ("inspect_sharding", "callback", encode_inspect_sharding_callback,
      decode_buffer_callback),
     ("debug_callback", "callback", encode_debug_callback,
      decode_debug_callback),

@@ -550,6 +550,25 @@ def decode_shape_dtype_struct(fields):
   return jax.ShapeDtypeStruct(shape, dtype, weak_type=weak_type, **extra)
 
 
+_PRIMAL_TANGENT_FIELDS = ("primal_dtype", "tangent_dtype", "name")
+
+
+def encode_primal_tangent_dtype(dtype) -> tuple:
+  return (dtype.primal_dtype, dtype.tangent_dtype, dtype.name)
+
+
+def decode_primal_tangent_dtype(fields):
+  # jax.experimental.primal_tangent_dtype's extended dtype: the one that
+  # convert_element_type converts to and from (to_edtype, from_edtype).
+  primal, tangent, name = _fields("jax.PrimalTangentDType", fields,
+                                  _PRIMAL_TANGENT_FIELDS)
+  if not (isinstance(primal, np.dtype) and isinstance(tangent, np.dtype)
+          and type(name) is str):
+    raise FormatError("jax.PrimalTangentDType: expected two numpy dtypes "
+                      "and a name")
+  return compat.PrimalTangentDType(primal, tangent, name)
+
+
 _CODECS = (
     (compat.PRNGImpl, "jax.random.PRNGImpl", encode_prng_impl,
      decode_prng_impl),
@@ -581,6 +600,8 @@ _CODECS = (
     (list, "builtins.list", encode_list, decode_list),
     (jax.ShapeDtypeStruct, "jax.ShapeDtypeStruct", encode_shape_dtype_struct,
      decode_shape_dtype_struct),
+    (compat.PrimalTangentDType, "jax.PrimalTangentDType",
+     encode_primal_tangent_dtype, decode_primal_tangent_dtype),
 )
 for _cls, _name, _encode, _decode in _CODECS:
   register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

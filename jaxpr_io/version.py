@@ -99,6 +99,14 @@ Changelog (newest last):
     writers MUST leave it out for sum (so older files keep their bytes), and
     a reader on a release without unreduced kinds refuses it
     (UnsupportedError).
+    Also on 2026-11-25, without a schema change: the effect `jax.no_dce`
+    (`lax.dce_sink`'s) and the record type `jax.PrimalTangentDType`
+    (`jax.experimental.primal_tangent_dtype`, an extended element type that
+    `to_edtype` / `from_edtype` convert to and from); `inspect_sharding`'s
+    `callback` param codec (a registered callback's name, as
+    `buffer_callback`'s); the enums `jax.cudnn.AttentionLayout` and
+    `jax.cudnn.MaskType` (cuDNN attention's params). A reader from before these additions refuses
+    files that use them (unknown effect, record or param).
 """
 
 from __future__ import annotations

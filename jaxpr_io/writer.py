@@ -320,6 +320,15 @@ class Writer:
           "only device, host and any; constrain memory spaces inside the "
           "function that calls the kernel after loading")
     sa.memory_space = memory_space
+    layout = compat.aval_layout(aval)
+    if layout is not None:
+      # Dropping it would load a different program (JAX's layout-mode
+      # tracing reads it), which prints alike: refuse instead.
+      raise UnsupportedError(
+          f"a value of type {aval.str_short()} with layout {layout} (set by "
+          "relayout or explicit_layout) cannot be stored: the format's Aval "
+          "holds no layout; trace without explicit layouts, or pass them to "
+          "jax.jit / jax.export when compiling the loaded program")
 
   def dim_expr(self, d) -> int:
     """String index of a symbolic dimension; all must share one scope."""

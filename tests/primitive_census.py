@@ -111,6 +111,29 @@ GAPS: dict[str, str] = {
                      "log_extend"), _HI_MUTABLE),
     **dict.fromkeys(("call_hi_primitive", "call_hi_primitive_linearized"),
                     _HI_PRIM),
+
+    # lax, linalg, random, custom rules, calls, export (dumps refuses them
+    # with UnsupportedError naming the param)
+    "call_exported": "its `exported` param is a jax.export.Exported (a "
+                     "serialized StableHLO module): a codec, and a trust "
+                     "decision on StableHLO from untrusted files",
+    "custom_partitioning": "its `call`, `partition`, "
+                           "`infer_sharding_from_operands`, "
+                           "`propagate_user_sharding` and `decode_shardings` "
+                           "are Python functions: codecs (registered names, "
+                           "or jaxprs for `call`)",
+    "remat_opt": "(custom_vjp with optimize_remat=True) its "
+                 "`fun_jaxpr_thunk` is a thunk that traces the primal "
+                 "function: a codec storing that jaxpr",
+    "linear_call": "its `transpose_thunk` is a thunk that traces the "
+                   "transpose: a codec storing that jaxpr",
+    "custom_lin": "(in linearized custom_vjp programs) its `bwd` is the "
+                  "custom_vjp's backward rule as a WrappedFun: the codec of "
+                  "custom_vjp_call's `bwd` (jaxpr_io/custom_rules.py) "
+                  "extended to it",
+    "relayout": "(JAX 0.12) dumps refuses it: its output's aval carries the "
+                "layout (ShapedArray.layout), which the schema's Aval does "
+                "not hold; needs a schema field",
     "core_map": (
         "(JAX 0.10; 0.11+ has mpmd_map) its `mesh` (Mosaic TPU's "
         "TensorCoreMesh, Mosaic GPU's GPUMesh) and `debug_info` params need "
@@ -154,6 +177,32 @@ def census() -> dict[str, tuple[object, str]]:
 # and no round-trip test is asked of them (`uncovered`).
 NEVER_TRACED: dict[str, str] = {
     # lax, linalg, random, custom rules, calls, export
+    "tie": "jax/_src/lax/lax.py binds it only in its own JVP rule; nothing "
+           "else in JAX binds it",
+    "select_and_scatter": "bound only by _select_and_scatter_add_impl "
+                          "(jax/_src/lax/windowed_reductions.py), which is "
+                          "select_and_scatter_add's lowering (mlir.lower_fun)",
+    "zeros_like": "jax/_src/ad_util.py defines it; nothing in JAX binds it",
+    "custom_jvp_call_jaxpr": "a stub jax/_src/custom_derivatives.py keeps "
+                             "for old imports; nothing in JAX binds it",
+    **{name: "bound only in shape_poly.compute_dim_vars_from_arg_shapes "
+             "(jax/_src/export/shape_poly.py), which jax.export lowers at "
+             "once with mlir.lower_fun while wrapping a shape-polymorphic "
+             "module's main function (_export._wrap_main_func)"
+       for name in ("shape_assertion", "dimension_size")},
+    **{name: "cuDNN: bound only in the impl of its *_wrapper primitive "
+             "(jax/_src/cudnn/fused_attention_stablehlo.py, "
+             "scaled_matmul_stablehlo.py), which runs eagerly, and as the "
+             "function of the custom_partitioning that lowers the wrapper "
+             "(and its partition callback); traced programs hold the "
+             "wrapper (tests/test_coverage_lax.py)"
+       for name in ("dot_product_attention_fwd", "dot_product_attention_bwd",
+                    "dot_product_attention_fp8_fwd",
+                    "dot_product_attention_fp8_bwd", "scaled_matmul")},
+    "unreachable": "custom_derivatives.unreachable, its only binder, passes "
+                   "out_avals as a list, which JAX (0.7+) refuses as an "
+                   "unhashable param, so no program can hold it; its only "
+                   "user, disallow_jvp, is itself unused",
     # collectives, state, hijax
     "stage": "`jax.lax.stage` binds it with `_stage_bind_with_trace` "
              "(jax/_src/lax/lax.py), which calls the trace's stage_value: "
@@ -192,6 +241,26 @@ NEVER_TRACED: dict[str, str] = {
                   " calls, inside the pipeline it builds while lowering a "
                   "pallas_call with a grid, and by its own discharge rule",
 }
+
+if jax.__version__.startswith("0.10."):
+  NEVER_TRACED.update({
+      # lax, linalg, random, custom rules, calls, export
+      "eval_jaxpr": "(JAX 0.10's lax primitive) its staging rule "
+                    "(jax/_src/lax/eval_jaxpr.py custom_staging_rules) "
+                    "stages it out as closed_call; JAX 0.11+'s eval_jaxpr "
+                    "is another primitive, which traced programs hold",
+  })
+else:
+  NEVER_TRACED.update({
+      # lax, linalg, random, custom rules, calls, export
+      **{name: "(JAX 0.11+) bound only by lax._sort_lt_comparator and "
+               "_sort_le_comparator: in sort's lowering, and in "
+               "jnp.searchsorted's implementations (jax/_src/numpy/hijax.py), "
+               "which SearchSorted.expand runs when call_hi_primitive is "
+               "lowered (to_lojax); JAX 0.10 traces them in searchsorted "
+               "(tests/test_coverage_lax.py)"
+         for name in ("eq_to", "le_to", "lt_to")},
+  })
 
 
 def classify() -> dict[str, list[tuple[str, str]]]:

@@ -30,6 +30,8 @@ from jax._src import source_info_util
 from jax._src.state import types as state_types
 from jax._src import checkify as jax_checkify
 from jax._src import hashable_array
+from jax._src.cudnn import fused_attention_stablehlo as fused_attention
+from jax._src import layout as jax_layout
 from jax._src import frozen_dict
 from jax.experimental.sparse import coo as sparse_coo
 from jax.experimental.sparse import util as sparse_util
@@ -463,6 +465,9 @@ ENUMS: dict[str, type] = {
     "jax.sharding.AxisType": mesh_lib.AxisType,
     "jax.MemorySpace": core.MemorySpace,
     "jaxlib.ArrayCopySemantics": _jax.ArrayCopySemantics,
+    # cuDNN attention (jax.nn.dot_product_attention(implementation="cudnn")).
+    "jax.cudnn.AttentionLayout": fused_attention.AttentionLayout,
+    "jax.cudnn.MaskType": fused_attention.MaskType,
 }
 
 # ------------------------------------------------------------- NamedTuples
@@ -478,6 +483,21 @@ NAMED_TUPLES: dict[str, type] = {
     # Added in format version 5, without a schema change (2026-11-25).
     "jax.experimental.sparse.COOInfo": sparse_coo.COOInfo,
 }
+
+# jax.experimental.primal_tangent_dtype's extended element type.
+PrimalTangentDType = jax_dtypes.PrimalTangentDType
+
+# -------------------------------------------------------------- layouts
+_AUTO_LAYOUT = jax_layout.AutoLayout
+
+
+def aval_layout(aval):
+  """The layout a ShapedArray carries (JAX 0.12's `ShapedArray.layout`, set
+  by `relayout`), or None where it carries the default (AutoLayout) or the
+  release has no such field. The format's Aval holds no layout."""
+  layout = getattr(aval, "layout", _AUTO_LAYOUT)
+  return None if layout is _AUTO_LAYOUT else layout
+
 
 # ------------------------------------------------------------- effects
 # Effects that are singletons: stable name -> the instance.
@@ -529,7 +549,10 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.lax.single_side_collective",
                       "jax._src.lax.parallel:single_side_collective_effect"),
                      # Orders thunky's side-effecting thunks (0.12).
-                     ("jax.thunky", "jax._src.thunky.thunky:thunk_effect")):
+                     ("jax.thunky", "jax._src.thunky.thunky:thunk_effect"),
+                     # lax.dce_sink's: keeps its operand from dead-code
+                     # elimination.
+                     ("jax.no_dce", "jax._src.lax.lax:no_dce_effect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)
