@@ -310,7 +310,17 @@ class Writer:
       params.encode_value(self, aval.sharding, sa.sharding)
     if not aval.manual_axis_type.empty:
       params.encode_value(self, aval.manual_axis_type, sa.manual_axis_type)
-    sa.memory_space = _MEMORY_SPACES[aval.memory_space]
+    memory_space = _MEMORY_SPACES.get(aval.memory_space)
+    if memory_space is not None:
+      sa.memory_space = memory_space
+    elif type(aval.memory_space) in registry.ENUMS.by_key:
+      # A kernel's memory space (pl.with_memory_space_constraint).
+      params.encode_value(self, aval.memory_space, sa.kernel_memory_space)
+    else:
+      raise UnsupportedError(
+          f"an array in memory space {aval.memory_space!r:.60} cannot be "
+          "stored: it is neither one of JAX's memory spaces nor a member of "
+          "an enum registered with jaxpr_io.register_enum")
 
   def dim_expr(self, d) -> int:
     """String index of a symbolic dimension; all must share one scope."""
