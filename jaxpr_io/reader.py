@@ -278,9 +278,12 @@ class Reader:
     if size > _MAX_DIM:
       raise FormatError(f"aval of shape {str(tuple(shape))[:80]} and dtype "
                         f"{dtype} has over 2**62 bytes")
-    memory_space = _MEMORY_SPACES.get(sa.memory_space)
-    if memory_space is None:
-      raise FormatError(f"unknown memory space {sa.memory_space}")
+    if sa.HasField("kernel_memory_space"):
+      memory_space = self._kernel_memory_space(sa)
+    else:
+      memory_space = _MEMORY_SPACES.get(sa.memory_space)
+      if memory_space is None:
+        raise FormatError(f"unknown memory space {sa.memory_space}")
     kwargs = {"memory_space": memory_space}
     if sa.HasField("sharding"):
       kwargs["sharding"] = params.decode_value(self, sa.sharding)
@@ -291,6 +294,20 @@ class Reader:
       return compat.ShapedArray(tuple(shape), dtype, sa.weak_type, **kwargs)
     except (TypeError, ValueError, AssertionError) as e:
       raise FormatError(f"aval cannot be rebuilt: {e}") from None
+
+  def _kernel_memory_space(self, sa):
+    """An array's memory space that is not one of JAX's own (version 6)."""
+    if self.format_version < 6:
+      raise FormatError("an aval has `kernel_memory_space`, which a file "
+                        "before version 6 MUST NOT have")
+    if sa.memory_space:
+      raise FormatError("an aval has both `memory_space` and "
+                        "`kernel_memory_space`")
+    value = params.decode_value(self, sa.kernel_memory_space)
+    if type(value) not in registry.ENUMS.by_key:
+      raise FormatError(f"an array's kernel memory space {value!r:.80} is "
+                        "not a member of a registered enum")
+    return value
 
   def _dims_of(self, dims) -> list:
     """The dimensions of repeated `Dim` messages."""

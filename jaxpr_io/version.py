@@ -107,13 +107,19 @@ Changelog (newest last):
     `buffer_callback`'s); the enums `jax.cudnn.AttentionLayout` and
     `jax.cudnn.MaskType` (cuDNN attention's params). A reader from before these additions refuses
     files that use them (unknown effect, record or param).
+  * 2026-11-25, version 6: `ShapedArray.kernel_memory_space` holds an
+    array's memory space when it is not one of JAX's own (`MemorySpace`):
+    a member of a registered enum, as refs hold theirs (a Pallas memory
+    space, which `pl.with_memory_space_constraint` gives a kernel's array
+    operand); `memory_space` is then MEMORY_SPACE_UNSPECIFIED. Readers of
+    version 6 read versions 1 to 5.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 OLDEST_READABLE_FORMAT_VERSION = 1
 
 # SHA-256 of the compiled schema descriptor (jaxpr_io/_proto/jaxpr.desc) that
@@ -125,4 +131,5 @@ SCHEMA_FINGERPRINTS = {
     3: "e317033409d5ad8d21e0a2f6531fa503bee957b78f4e33a2934f8be6bde68530",
     4: "2e5d2d81683ce64e02a2646868570b78d1291decf2cc4fc00c48fc6a2dae2ee1",
     5: "81cc109773a083b139f9d68dc720784b724db2732c2fb8ed6ebf5871d02eb7b6",
+    6: "c52b2ef5be61a42996fd493238a7a59f5eb3341cbd7062481f166a467a75e435",
 }

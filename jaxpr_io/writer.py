@@ -311,15 +311,16 @@ class Writer:
     if not aval.manual_axis_type.empty:
       params.encode_value(self, aval.manual_axis_type, sa.manual_axis_type)
     memory_space = _MEMORY_SPACES.get(aval.memory_space)
-    if memory_space is None:
-      # e.g. a Mosaic TPU memory space (VMEM, SMEM, HBM) that
-      # `pltpu.with_memory_space_constraint` puts on an array.
+    if memory_space is not None:
+      sa.memory_space = memory_space
+    elif type(aval.memory_space) in registry.ENUMS.by_key:
+      # A kernel's memory space (pl.with_memory_space_constraint).
+      params.encode_value(self, aval.memory_space, sa.kernel_memory_space)
+    else:
       raise UnsupportedError(
-          f"an array in memory space {aval.memory_space!r:.80} cannot be "
-          "stored: the format's array types (ShapedArray.memory_space) hold "
-          "only device, host and any; constrain memory spaces inside the "
-          "function that calls the kernel after loading")
-    sa.memory_space = memory_space
+          f"an array in memory space {aval.memory_space!r:.60} cannot be "
+          "stored: it is neither one of JAX's memory spaces nor a member of "
+          "an enum registered with jaxpr_io.register_enum")
     layout = compat.aval_layout(aval)
     if layout is not None:
       # Dropping it would load a different program (JAX's layout-mode

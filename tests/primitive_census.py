@@ -138,11 +138,6 @@ GAPS: dict[str, str] = {
         "(JAX 0.10; 0.11+ has mpmd_map) its `mesh` (Mosaic TPU's "
         "TensorCoreMesh, Mosaic GPU's GPUMesh) and `debug_info` params need "
         "codecs"),
-    "with_memory_space_constraint": (
-        "its output's type carries a Mosaic TPU memory space (HBM, VMEM, "
-        "SMEM), which the schema's ShapedArray.memory_space (device, host, "
-        "any) cannot hold; needs a schema change. Writing refuses it "
-        "(tests/test_coverage_pallas.py)"),
 }
 
 

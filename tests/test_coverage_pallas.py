@@ -111,10 +111,10 @@ def test_delay_lowers_for_tpu_from_its_file():
   assert delay.effects == {pl_primitives.delay_effect}
 
 
-def test_an_array_in_a_tpu_memory_space_is_refused():
-  # pltpu.with_memory_space_constraint puts VMEM on the array's type, which
-  # the format's ShapedArray cannot hold (device, host, any): refused with
-  # the equation named, not stored wrongly.
+def test_an_array_in_a_tpu_memory_space_round_trips():
+  # pltpu.with_memory_space_constraint puts VMEM on the array's type: a
+  # memory space not JAX's own, stored since format version 6
+  # (ShapedArray.kernel_memory_space). The kernel lowers from the file.
   def kernel(x_ref, o_ref):
     o_ref[...] = x_ref[...] + 1.0
 
@@ -124,12 +124,10 @@ def test_an_array_in_a_tpu_memory_space_is_refused():
   def f(x):
     return call(pltpu.with_memory_space_constraint(x * 2.0, pltpu.VMEM))
 
-  with jax.sharding.use_abstract_mesh(_tpu_mesh("TPU v5 lite")):
-    prog = jaxpr_io.trace(f, X2D)
-  with pytest.raises(jaxpr_io.UnsupportedError,
-                     match=r"equation 1 \(with_memory_space_constraint\), "
-                           r"an array in memory space VMEM"):
-    jaxpr_io.dumps(prog)
+  loaded = _tpu_round_trip(f, (X2D,), _tpu_mesh("TPU v5 lite"), set())
+  constrained = loaded.closed_jaxpr.jaxpr.eqns[1]
+  assert constrained.primitive.name == "with_memory_space_constraint"
+  assert constrained.outvars[0].aval.memory_space == pltpu.VMEM
 
 
 # ------------------------------------------------------------- Mosaic GPU

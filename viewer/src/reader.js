@@ -366,6 +366,8 @@ class Program {
            shape: s.sizes.length ? s.sizes.slice()  // version 5: known sizes, packed
                   : s.shape.map(d => d.$kind === 'expr' ? this.string(d.expr) : d.size)};
       if (s.memory_space > 1) a.memory = s.memory_space === 2 ? 'host' : 'any';
+      // Version 6: a memory space not JAX's own (a Pallas kernel's), a registered enum member.
+      if (s.kernel_memory_space) a.memory_space = this.value(s.kernel_memory_space);
       if (s.sharding) a.sharding = this.value(s.sharding);
     } else if (m.$kind === 'token') {
       a = {kind: 'token'};

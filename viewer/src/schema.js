@@ -71,7 +71,7 @@ const JAXPR_SCHEMA = {
    "TUPLE": 3
   }
  },
- "format_version": 5,
+ "format_version": 6,
  "messages": {
   "AbstractRef": {
    "1": [
@@ -1000,6 +1000,13 @@ const JAXPR_SCHEMA = {
     "int64",
     true,
     null,
+    null
+   ],
+   "8": [
+    "kernel_memory_space",
+    "message",
+    false,
+    "Value",
     null
    ]
   },
