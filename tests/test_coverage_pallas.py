@@ -221,3 +221,29 @@ def test_mosaic_gpu_reductions():
       {p.reduce_sum_p, p.reduce_max_p, p.reduce_min_p, p.reduce_prod_p})
   assert [e.params["accumulator_ilp"] for e in _kernel_eqns(loaded)
           if e.primitive is p.reduce_prod_p] == [2]
+
+
+def test_async_prefetch_in_a_mesh_kernel_round_trips_and_lowers():
+  # pallas_call's tracing drops plgpu.async_prefetch (its only effect is a
+  # read); a kernel over a plgpu.Mesh (pl.kernel, an mpmd_map) keeps it.
+  from jaxpr_io import converters, validate  # pylint: disable=g-import-not-at-top
+  device = jax.sharding.AbstractDevice(device_kind="NVIDIA H100",
+                                       num_cores=None, platform="cuda")
+  h100 = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
+
+  def body(x_ref, o_ref):
+    plgpu.async_prefetch(x_ref)
+    o_ref[...] = x_ref[...] + 1.0
+
+  with jax.sharding.use_abstract_mesh(h100):
+    f = pl.kernel(body, out_type=jax.ShapeDtypeStruct((128,), jnp.float32),
+                  mesh=plgpu.Mesh(num_threads=1, thread_name="t"))
+    prog = jaxpr_io.trace(f, X2D[0])
+    assert "async_prefetch" in {
+        e.primitive.name
+        for j in validate.walk_jaxprs(prog.closed_jaxpr.jaxpr) for e in j.eqns}
+    loaded = assert_roundtrip(prog, check=False)  # no GPU to compile for
+    got = converters.to_exported(loaded, platforms=["cuda"]).mlir_module()
+    ref = jax.export.export(jax.jit(f), platforms=["cuda"])(X2D[0]).mlir_module()
+  call = "stablehlo.custom_call @mosaic_gpu"
+  assert got.count(call) == ref.count(call) == 1
