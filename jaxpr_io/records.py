@@ -569,6 +569,43 @@ def decode_primal_tangent_dtype(fields):
   return compat.PrimalTangentDType(primal, tangent, name)
 
 
+_DEBUG_INFO_FIELDS = ("traced_for", "func_src_info", "arg_names",
+                      "result_paths")
+# JAX's marker for result paths not computed yet, stored as this string.
+_INITIAL_RESULT_PATHS = getattr(compat.DEBUG_INFO_MODULE, "initial_result_paths", None)
+_INITIAL = "initial"
+
+
+def encode_debug_info(info) -> tuple:
+  """A `DebugInfo` as a param (JAX 0.10's `core_map`): what a jaxpr's
+  `debug_info` message holds, with result paths resolved (JAX computes them
+  lazily)."""
+  paths = info.result_paths
+  if paths is _INITIAL_RESULT_PATHS:
+    paths = _INITIAL  # not computed yet (core_map's, always)
+  elif paths is not None and not isinstance(paths, tuple):
+    paths = tuple(paths())
+  return (info.traced_for, info.func_src_info,
+          None if info.arg_names is None else tuple(info.arg_names), paths)
+
+
+def decode_debug_info(fields):
+  traced_for, src, arg_names, paths = _fields("jax.DebugInfo", fields,
+                                              _DEBUG_INFO_FIELDS)
+  def strings(v, optional_items):
+    return type(v) is tuple and all(
+        type(x) is str or (optional_items and x is None) for x in v)
+  if not (type(traced_for) is str and (src is None or type(src) is str)
+          and (arg_names is None or strings(arg_names, True))
+          and (paths is None or strings(paths, False) or (
+              paths == _INITIAL and _INITIAL_RESULT_PATHS is not None))):
+    raise FormatError("jax.DebugInfo: expected (str, str or None, tuple of "
+                      "str or None, tuple of str or None)")
+  if paths == _INITIAL:
+    paths = _INITIAL_RESULT_PATHS
+  return compat.DebugInfo(traced_for, src, arg_names, paths)
+
+
 _CODECS = (
     (compat.PRNGImpl, "jax.random.PRNGImpl", encode_prng_impl,
      decode_prng_impl),
@@ -602,6 +639,7 @@ _CODECS = (
      decode_shape_dtype_struct),
     (compat.PrimalTangentDType, "jax.PrimalTangentDType",
      encode_primal_tangent_dtype, decode_primal_tangent_dtype),
+    (compat.DebugInfo, "jax.DebugInfo", encode_debug_info, decode_debug_info),
 )
 for _cls, _name, _encode, _decode in _CODECS:
   register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

@@ -111,8 +111,10 @@ Changelog (newest last):
     array's memory space when it is not one of JAX's own (`MemorySpace`):
     a member of a registered enum, as refs hold theirs (a Pallas memory
     space, which `pl.with_memory_space_constraint` gives a kernel's array
-    operand); `memory_space` is then MEMORY_SPACE_UNSPECIFIED. Readers of
-    version 6 read versions 1 to 5.
+    operand); `memory_space` is then MEMORY_SPACE_UNSPECIFIED. The record
+    type `jax.DebugInfo` (JAX 0.10's `core_map`'s `debug_info` param; result
+    paths not computed yet are the string "initial"). Readers of version 6
+    read versions 1 to 5.
 """
 
 from __future__ import annotations

@@ -134,10 +134,6 @@ GAPS: dict[str, str] = {
     "relayout": "(JAX 0.12) dumps refuses it: its output's aval carries the "
                 "layout (ShapedArray.layout), which the schema's Aval does "
                 "not hold; needs a schema field",
-    "core_map": (
-        "(JAX 0.10; 0.11+ has mpmd_map) its `mesh` (Mosaic TPU's "
-        "TensorCoreMesh, Mosaic GPU's GPUMesh) and `debug_info` params need "
-        "codecs"),
 }
 
 

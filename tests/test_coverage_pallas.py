@@ -247,3 +247,56 @@ def test_async_prefetch_in_a_mesh_kernel_round_trips_and_lowers():
     ref = jax.export.export(jax.jit(f), platforms=["cuda"])(X2D[0]).mlir_module()
   call = "stablehlo.custom_call @mosaic_gpu"
   assert got.count(call) == ref.count(call) == 1
+
+
+def _lowered_for_tpu(fn, *args):
+  """The number of Mosaic kernels in `fn`'s module for `tpu`, or the error
+  that lowering raised (as text: to_exported wraps it)."""
+  try:
+    return fn(*args).mlir_module().count("@tpu_custom_call")
+  except Exception as e:  # pylint: disable=broad-except
+    return str(e).split(": ", 1)[-1] if isinstance(
+        e, jaxpr_io.UnsupportedError) else f"{type(e).__name__}: {e}"
+
+
+def test_core_map_round_trips_and_lowers_alike():
+  # pl.core_map over a TensorCore mesh: JAX 0.10 binds core_map (its mesh
+  # a TensorCoreMesh, its debug_info a jax.DebugInfo record), 0.11+ an
+  # mpmd_map. The loaded program lowers for `tpu` as the original does
+  # (under 0.12 with an explicit abstract mesh, both fail alike).
+  from jaxpr_io import converters, validate  # pylint: disable=g-import-not-at-top
+  mesh = pltpu.create_tensorcore_mesh("core", num_cores=1)
+
+  def f(x):
+    def stateful(refs):
+      x_ref, o_ref = refs
+
+      @pl.core_map(mesh)
+      def _():
+        pltpu.sync_copy(x_ref, o_ref)
+    return pl.run_state(stateful)((x, jnp.zeros_like(x)))[1]
+
+  with jax.sharding.use_abstract_mesh(_tpu_mesh("TPU v5 lite")):
+    prog = jaxpr_io.trace(f, X2D)
+    names = {e.primitive.name
+             for j in validate.walk_jaxprs(prog.closed_jaxpr.jaxpr)
+             for e in j.eqns}
+    assert ("core_map" in names) == jax.__version__.startswith("0.10.")
+    loaded = assert_roundtrip(prog, check=False)  # no TPU to compile for
+    got = _lowered_for_tpu(
+        lambda: converters.to_exported(loaded, platforms=["tpu"]))
+    want = _lowered_for_tpu(
+        lambda: jax.export.export(jax.jit(f), platforms=["tpu"])(X2D))
+  assert got == want
+
+
+def test_a_bad_debug_info_record_is_a_format_error():
+  from jaxpr_io import records  # pylint: disable=g-import-not-at-top
+  for fields in (("pallas_core_map", "_", None), (3, "_", None, None),
+                 ("t", "_", ("x", 3), None), ("t", "_", None, ("a", None)),
+                 ("t", "_", None, "later")):
+    with pytest.raises(jaxpr_io.FormatError, match="jax.DebugInfo"):
+      records.decode_debug_info(fields)
+  info = records.decode_debug_info(("t", "f at x.py:1", ("a", None), ("r",)))
+  assert records.encode_debug_info(info) == ("t", "f at x.py:1", ("a", None),
+                                             ("r",))
