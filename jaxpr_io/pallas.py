@@ -65,6 +65,19 @@ _CONCRETE_FIELDS = frozenset({"array_aval", "transformed_block_aval",
                               "index_map_avals", "scratch_avals"})
 
 
+def field_pairs(name: str, stored) -> dict:
+  """The fields of record `name` stored as (field name, value) pairs, as a
+  dict; FormatError unless they are such pairs, each field once."""
+  if type(stored) is not tuple or not all(
+      type(item) is tuple and len(item) == 2 and type(item[0]) is str
+      for item in stored):
+    raise FormatError(f"{name}: the fields are not (name, value) pairs")
+  kwargs = dict(stored)
+  if len(kwargs) != len(stored):
+    raise FormatError(f"{name}: a field is given twice")
+  return kwargs
+
+
 def _record_by_field_name(cls, name: str, must_be_none=(), check=None):
   """Registers `cls` (a dataclass) as a record stored by field name.
   `check(kwargs)`, if given, returns what is wrong with the fields read, or
@@ -86,13 +99,7 @@ def _record_by_field_name(cls, name: str, must_be_none=(), check=None):
     return tuple(stored)
 
   def decode(stored):
-    if type(stored) is not tuple or not all(
-        type(item) is tuple and len(item) == 2 and type(item[0]) is str
-        for item in stored):
-      raise FormatError(f"{name}: the fields are not (name, value) pairs")
-    kwargs = dict(stored)
-    if len(kwargs) != len(stored):
-      raise FormatError(f"{name}: a field is given twice")
+    kwargs = field_pairs(name, stored)
     unknown = sorted(set(kwargs) - names)
     if unknown:
       raise FormatError(

@@ -70,13 +70,7 @@ def _mesh_record(cls, name: str, needs_sparse_core: bool) -> None:
     return tuple((f, getattr(value, f)) for f in fields)
 
   def decode(stored):
-    if type(stored) is not tuple or not all(
-        type(item) is tuple and len(item) == 2 and type(item[0]) is str
-        for item in stored):
-      raise FormatError(f"{name}: the fields are not (name, value) pairs")
-    kwargs = dict(stored)
-    if len(kwargs) != len(stored):
-      raise FormatError(f"{name}: a field is given twice")
+    kwargs = pallas.field_pairs(name, stored)
     if set(kwargs) != set(fields):
       raise FormatError(
           f"{name}: the file gives fields {sorted(kwargs)}, this JAX's "

@@ -141,18 +141,10 @@ _ONES = (np.ones(128, np.float32),)
 
 
 def _gpu_round_trip_only(f, args, want):
-  """Like tests/test_pallas_mosaic_gpu.py's `_round_trip_and_lower`, for
-  kernels that JAX itself cannot lower outside a real launch (a 0-D kernel
-  mesh for remote signals, warp semantics, a cluster): the trace for an H100
-  round-trips and binds the same primitive objects."""
-  with jax.sharding.use_abstract_mesh(_h100()):
-    prog = jaxpr_io.trace(f, *args)
-  used = {e.primitive for e in _kernel_eqns(prog)}
-  assert want <= used, {p.name for p in want - used}
-  loaded = assert_roundtrip(prog, check=False)  # no GPU to compile for
-  assert [e.primitive for e in _kernel_eqns(loaded)] == [
-      e.primitive for e in _kernel_eqns(prog)]
-  return loaded
+  """For kernels that JAX itself cannot lower outside a real launch (a 0-D
+  kernel mesh for remote signals, warp semantics, a cluster): the trace for
+  an H100 round-trips and binds the same primitive objects."""
+  return _gpu_round_trip(f, args, want, lower=False)[1]
 
 
 def _cancel_kernel(x_gmem, o_gmem, result, barrier):
