@@ -571,8 +571,8 @@ def decode_primal_tangent_dtype(fields):
 
 _DEBUG_INFO_FIELDS = ("traced_for", "func_src_info", "arg_names",
                       "result_paths")
-# JAX's marker for result paths not computed yet, stored as this string.
-_INITIAL_RESULT_PATHS = getattr(compat.DEBUG_INFO_MODULE, "initial_result_paths", None)
+# compat.INITIAL_RESULT_PATHS (result paths not computed yet) is stored as
+# this string.
 _INITIAL = "initial"
 
 
@@ -581,7 +581,7 @@ def encode_debug_info(info) -> tuple:
   `debug_info` message holds, with result paths resolved (JAX computes them
   lazily)."""
   paths = info.result_paths
-  if paths is _INITIAL_RESULT_PATHS:
+  if paths is compat.INITIAL_RESULT_PATHS:
     paths = _INITIAL  # not computed yet (core_map's, always)
   elif paths is not None and not isinstance(paths, tuple):
     paths = tuple(paths())
@@ -598,11 +598,11 @@ def decode_debug_info(fields):
   if not (type(traced_for) is str and (src is None or type(src) is str)
           and (arg_names is None or strings(arg_names, True))
           and (paths is None or strings(paths, False) or (
-              paths == _INITIAL and _INITIAL_RESULT_PATHS is not None))):
+              paths == _INITIAL and compat.INITIAL_RESULT_PATHS is not None))):
     raise FormatError("jax.DebugInfo: expected (str, str or None, tuple of "
                       "str or None, tuple of str or None)")
   if paths == _INITIAL:
-    paths = _INITIAL_RESULT_PATHS
+    paths = compat.INITIAL_RESULT_PATHS
   return compat.DebugInfo(traced_for, src, arg_names, paths)
 
 

@@ -85,7 +85,8 @@ SCALAR_TYPES = {jnp.dtype(t.dtype): t for t in vars(jnp).values()
                 if type(t) is ScalarMeta}
 abstract_token = core.abstract_token
 DebugInfo = lu.DebugInfo
-DEBUG_INFO_MODULE = lu  # its module, with JAX's result-paths marker
+# JAX's marker for a DebugInfo whose result paths are not computed yet.
+INITIAL_RESULT_PATHS = getattr(lu, "initial_result_paths", None)
 MemorySpace = core.MemorySpace
 ManualAxisType = core.ManualAxisType
 empty_manual_axis_type = core.empty_mat

@@ -1,8 +1,10 @@
 """JAX's pytree machinery, as jaxpr_io uses it to store and rebuild pytree
 signatures (see jaxpr_io/pytrees.py for the design).
 
-Everything here goes through `jax.tree_util`'s public API; what is specific
-to a JAX release is how it behaves at the edges, which this module pins down:
+Everything here goes through `jax.tree_util`'s public API, except JAX's
+tracing registry (`TransformedRef` nodes, registered there alone); what is
+specific to a JAX release is how it behaves at the edges, which this module
+pins down:
 
 * `PyTreeDef.from_node_data_and_children` builds a treedef from a node type,
   its auxdata and child treedefs without calling any user code, and raises
@@ -18,6 +20,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
+from jax._src import tree_util as _tree_util
+from jax._src.state import types as _state_types
 
 PyTreeDef = jax.tree_util.PyTreeDef
 DictKey = jax.tree_util.DictKey
@@ -28,12 +32,20 @@ FlattenedIndexKey = jax.tree_util.FlattenedIndexKey
 # The treedef of one leaf.
 LEAF = jax.tree_util.tree_structure(0)
 
+# JAX's registry for the trees of traced calls, and the node types that JAX
+# registers there alone: a ref with transforms (`TransformedRef`, a leaf in
+# user code) is a node of the treedefs that Pallas's DMA primitives and
+# Mosaic TPU's emit_pipeline build there.
+_tracing_registry = _tree_util.tracing_registry
+_TRACING_ONLY = frozenset({_state_types.TransformedRef})
+
 
 def make_node(node_type: type, auxdata: Any,
               children: Sequence[PyTreeDef]) -> PyTreeDef | None:
   """The treedef of one `node_type` node with `auxdata` over `children`, or
   None when `node_type` is not a pytree node type registered in JAX's default
-  registry. Calls no user code (JAX only stores the node data)."""
+  registry (or, for `_TRACING_ONLY` types, its tracing registry). Calls no
+  user code (JAX only stores the node data)."""
   try:
     return PyTreeDef.from_node_data_and_children(
         jax.tree_util.default_registry, (node_type, auxdata), list(children))
@@ -44,15 +56,6 @@ def make_node(node_type: type, auxdata: Any,
   return PyTreeDef.from_node_data_and_children(
       _tracing_registry, (node_type, auxdata), list(children))
 
-
-# JAX's registry for the trees of traced calls, and the node types that JAX
-# registers there alone: a ref with transforms (`TransformedRef`, a leaf in
-# user code) is a node of the treedefs that Pallas's DMA primitives and
-# Mosaic TPU's emit_pipeline build there.
-from jax._src import tree_util as _tree_util  # pylint: disable=g-import-not-at-top,wrong-import-position
-from jax._src.state import types as _state_types  # pylint: disable=g-import-not-at-top,wrong-import-position
-_tracing_registry = _tree_util.tracing_registry
-_TRACING_ONLY = frozenset({_state_types.TransformedRef})
 
 
 class _Placeholder:
