@@ -71,50 +71,45 @@ Changelog (newest last):
     `remove_memory_space` join the vocabulary, with the effects
     `jax.pallas.semaphore`, `jax.pallas.gpu.*` and `jax.thunky`.
     Readers of version 5 read versions 1 to 4.
-  * 2026-11-25, version 5 (vocabulary only, no schema change): `mpmd_map`
-    (`pl.kernel` over meshes) with the mesh records
-    `jax.pallas.sparsecore.VectorSubcoreMesh`/`ScalarSubcoreMesh`,
-    `jax.pallas.tpu.TensorCoreMesh` and `jax.pallas.gpu.Mesh`/`WarpMesh`;
-    the SparseCore kernel primitives under names of their own
-    (`sparsecore.load` and so on) with the effect
-    `jax.pallas.sparsecore.MemoryEffect` and the enum
-    `jax.pallas.sparsecore.PackFormat`. A `run_scoped` body that closes over
-    the kernel's refs is stored as an open jaxpr whose constvars are the
-    equation's inputs (as JAX 0.10 writes it; 0.11+ writers refused it
-    before). A reader from before these additions refuses files that use
-    them (unknown record or primitive).
-    Also on 2026-11-25, without a schema change: the record type
-    `jax.experimental.sparse.COOInfo` (`coo_matvec`'s and `coo_matmat`'s
-    `spinfo`) and a param codec for the `tree` of sparse's generic
-    `todense` (jaxpr_io/sparse.py); the record type
-    `jax.pallas.DynamicGridDim` (a Pallas grid dimension sized at run time)
-    and the effect `jax.pallas.delay` (`pl.delay`). A reader from before
-    these additions refuses files that use them.
-    Also on 2026-11-25, without a schema change: the effect
-    `jax.lax.single_side_collective` (`jax.lax.psend`/`precv`'s one-sided
-    communication); a reader from before refuses files that use it
-    (unknown effect). The records `jax.sharding.PartitionSpec` and
-    `jax.ManualAxisType` MAY carry a fourth field, the name of JAX 0.12's
-    `UnreducedKind` ("max" or "min") of unreduced axes that do not sum;
-    writers MUST leave it out for sum (so older files keep their bytes), and
-    a reader on a release without unreduced kinds refuses it
-    (UnsupportedError).
-    Also on 2026-11-25, without a schema change: the effect `jax.no_dce`
-    (`lax.dce_sink`'s) and the record type `jax.PrimalTangentDType`
-    (`jax.experimental.primal_tangent_dtype`, an extended element type that
-    `to_edtype` / `from_edtype` convert to and from); `inspect_sharding`'s
-    `callback` param codec (a registered callback's name, as
-    `buffer_callback`'s); the enums `jax.cudnn.AttentionLayout` and
-    `jax.cudnn.MaskType` (cuDNN attention's params). A reader from before these additions refuses
-    files that use them (unknown effect, record or param).
   * 2026-11-25, version 6: `ShapedArray.kernel_memory_space` holds an
     array's memory space when it is not one of JAX's own (`MemorySpace`):
     a member of a registered enum, as refs hold theirs (a Pallas memory
     space, which `pl.with_memory_space_constraint` gives a kernel's array
-    operand); `memory_space` is then MEMORY_SPACE_UNSPECIFIED. The record
-    type `jax.DebugInfo` (JAX 0.10's `core_map`'s `debug_info` param; result
-    paths not computed yet are the string "initial"). Readers of version 6
-    read versions 1 to 5.
+    operand); `memory_space` is then MEMORY_SPACE_UNSPECIFIED. Readers of
+    version 6 read versions 1 to 5. Landed with version 6, and needing no
+    schema change of their own (a reader from before them refuses files
+    that use them by the unknown name):
+    - `mpmd_map` (`pl.kernel` over meshes) with the mesh records
+      `jax.pallas.sparsecore.VectorSubcoreMesh`/`ScalarSubcoreMesh`,
+      `jax.pallas.tpu.TensorCoreMesh` and `jax.pallas.gpu.Mesh`/`WarpMesh`;
+      the SparseCore kernel primitives under names of their own
+      (`sparsecore.load` and so on) with the effect
+      `jax.pallas.sparsecore.MemoryEffect` and the enum
+      `jax.pallas.sparsecore.PackFormat`. A `run_scoped` body that closes
+      over the kernel's refs is stored as an open jaxpr whose constvars are
+      the equation's inputs (as JAX 0.10 writes it; 0.11+ writers refused
+      it before).
+    - The record types `jax.experimental.sparse.COOInfo` (`coo_matvec`'s
+      and `coo_matmat`'s `spinfo`), `jax.pallas.DynamicGridDim` (a Pallas
+      grid dimension sized at run time), `jax.PrimalTangentDType`
+      (`jax.experimental.primal_tangent_dtype`, which `to_edtype` /
+      `from_edtype` convert to and from) and `jax.DebugInfo` (JAX 0.10's
+      `core_map`'s `debug_info` param; result paths not computed yet are
+      the string "initial"); param codecs for the `tree` of sparse's
+      generic `todense` (jaxpr_io/sparse.py) and `inspect_sharding`'s
+      `callback` (a registered callback's name, as `buffer_callback`'s);
+      the enums `jax.cudnn.AttentionLayout` and `jax.cudnn.MaskType`.
+    - A Mosaic GPU TMEM ref's layout and collective flag, as a
+      `jax.pallas.gpu.TMEMRefAttributes` record in `AbstractRef.kind` (its
+      layout a `jax.mosaic_gpu.TMEMLayout` record; schema/jaxpr.proto).
+    - The effects `jax.pallas.delay` (`pl.delay`), `jax.pallas.comms`
+      (Mosaic GPU's multicast), `jax.lax.single_side_collective`
+      (`jax.lax.psend`/`precv`) and `jax.no_dce` (`lax.dce_sink`).
+    - The records `jax.sharding.PartitionSpec` and `jax.ManualAxisType`
+      MAY carry a fourth field, the name of JAX 0.12's `UnreducedKind`
+      ("max" or "min") of unreduced axes that do not sum; writers MUST
+      leave it out for sum (so older files keep their bytes), and a reader
+      on a release without unreduced kinds refuses it (UnsupportedError).
 """
 
 from __future__ import annotations
