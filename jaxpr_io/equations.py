@@ -166,8 +166,9 @@ def decode(decoder, cols: Columns) -> list:
   _check_index(cols.contexts, len(r.contexts), "eqn context")
   kind_n_in, kind_n_out = r.kind_arity()
   n_ins, n_outs = kind_n_in[kind_ids], kind_n_out[kind_ids]
-  for field, counts in (("invars", n_ins), ("outvars", n_outs)):
-    total = int(counts.sum())
+  in_ends, out_ends = np.cumsum(n_ins), np.cumsum(n_outs)  # per equation
+  for field, ends in (("invars", in_ends), ("outvars", out_ends)):
+    total = int(ends[-1])
     if len(getattr(cols, field)) != total:
       raise FormatError(f"equations column {field!r} has "
                         f"{len(getattr(cols, field))} entries; the "
@@ -179,8 +180,8 @@ def decode(decoder, cols: Columns) -> list:
 
   # Every output variable, in binding order.
   n_bound = len(env)
-  first_out = np.cumsum(n_outs) - n_outs + n_bound  # per equation
-  avals = list(map(r.avals.__getitem__, outvars.tolist()))
+  first_out = out_ends - n_outs + n_bound  # per equation
+  avals = _objects(r.avals)[outvars].tolist()
   new_vars = list(map(compat.Var, avals))
   dropped = cols.dropped
   if len(dropped):
@@ -220,41 +221,41 @@ def decode(decoder, cols: Columns) -> list:
       # Literal reference -1 - a is table[-1 - a]: the literals go after
       # the variables, last array first.
       literals: list[Any] = [None] * -lowest
-      for ref in np.unique(refs[refs < 0]).tolist():
-        literals[-1 - ref] = decoder.atom(ref)
+      used_arrays = np.bincount(-1 - refs[refs < 0])
+      for a in np.flatnonzero(used_arrays).tolist():
+        literals[a] = decoder.atom(-1 - a)
       table += literals[::-1]
-  ins = list(map(table.__getitem__, refs.tolist()))
+  # Gathering from an object array is several times faster than indexing
+  # a list with Python ints (which `tolist` would first have to allocate).
+  ins = _objects(table)[refs].tolist()
   env += new_vars
 
-  # Each kind once, in the order equations first use them (so that an
-  # error names the first equation it concerns).
+  # Each kind once.
   kinds = r.kinds
-  kind_list = kind_ids.tolist()
-  used = list(dict.fromkeys(kind_list))  # first uses, in order
-  k = None
+  counts = np.bincount(kind_ids).tolist()
+  used = [k for k, count in enumerate(counts) if count]
   try:
     for k in used:
       if kinds[k] is None:
         resolve_kind(r, k)
   except validate.DECODE_ERRORS as error:
-    raise FormatError(f"equation {kind_list.index(k)} ({_name(r, k)}): "
-                      f"{validate.describe_error(error)}") from None
+    _raise_for_first_bad_kind(r, kind_ids, k, error)
   if cols.effects and max(cols.effects) >= n:
     raise FormatError(f"effects of equation {max(cols.effects)}, but the "
                       f"jaxpr has {n}")
 
   # The equations, in one pass over per-equation columns. Equation e's
   # inputs are ins[in_bounds[e]:in_bounds[e + 1]], its outputs likewise.
-  in_bounds = _bounds(n_ins)
-  out_bounds = _bounds(n_outs)
+  in_bounds = _bounds(in_ends)
+  out_bounds = _bounds(out_ends)
   new_eqn, no_effects = compat.JaxprEqn, compat.no_effects
   eqns = [new_eqn(ins[a:b], new_vars[c:d], kind[0], kind[1], no_effects,
                   source_info, ctx)
           for kind, a, b, c, d, source_info, ctx in zip(
-              map(kinds.__getitem__, kind_list),
+              _objects(kinds)[kind_ids].tolist(),
               in_bounds, in_bounds[1:], out_bounds, out_bounds[1:],
-              map(r.source_infos.__getitem__, cols.name_stacks.tolist()),
-              map(r.contexts.__getitem__, cols.contexts.tolist()))]
+              r.source_info_array()[cols.name_stacks].tolist(),
+              r.context_array()[cols.contexts].tolist())]
   try:
     for i, messages in cols.effects.items():
       e = eqns[i]
@@ -277,7 +278,6 @@ def decode(decoder, cols: Columns) -> list:
 
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.
-  counts = np.bincount(kind_ids).tolist()
   for k in used:
     kind, count = kinds[k], counts[k]
     decoder.refs += kind.refs
@@ -313,17 +313,69 @@ def _close_over_inputs(r, kinds, kind_ids, used, eqns) -> None:
                               e.source_info, e.ctx)
 
 
+def _raise_for_first_bad_kind(r, kind_ids: np.ndarray, bad: int,
+                              error: Exception):
+  """Raises the FormatError of the first equation whose kind does not
+  resolve. `decode` resolves kinds in index order, which is fast, and kind
+  `bad` failed with `error`; an error names the first equation it concerns,
+  so the unresolved kinds first used before `bad` are tried in order."""
+  kind_list = kind_ids.tolist()
+  first_use = {}
+  for i, k in enumerate(kind_list):
+    first_use.setdefault(k, i)
+  for k in sorted(first_use, key=first_use.get):
+    if k == bad:
+      break
+    if r.kinds[k] is None:
+      try:
+        resolve_kind(r, k)
+      except validate.DECODE_ERRORS as earlier:
+        bad, error = k, earlier
+        break
+  raise FormatError(f"equation {first_use[bad]} ({_name(r, bad)}): "
+                    f"{validate.describe_error(error)}") from None
+
+
+def objects(items: list) -> np.ndarray:
+  """`items` as a 1-d object array (tuples stay elements), for gathering
+  many of them by an index column at once."""
+  return np.fromiter(items, object, len(items))
+
+
+_objects = objects
+
+
 def _equation_of(position: int, n_ins: np.ndarray) -> int:
   """The equation whose inputs hold flat input `position`."""
   return int(np.searchsorted(np.cumsum(n_ins), position, side="right"))
 
 
-def _bounds(counts: np.ndarray) -> list[int]:
-  """[0, counts[0], counts[0] + counts[1], ...]: where each equation's part
-  of a flat column begins, and the column's end."""
-  bounds = np.zeros(len(counts) + 1, np.int64)
-  np.cumsum(counts, out=bounds[1:])
-  return bounds.tolist()
+def _bounds(ends: np.ndarray) -> list[int]:
+  """[0, ends[0], ends[1], ...]: where each equation's part of a flat column
+  begins, and the column's end, as Python ints."""
+  bounds = np.zeros(len(ends) + 1, np.int64)
+  bounds[1:] = ends
+  return _python_ints(bounds)
+
+
+# Python ints 0, 1, 2, ... made once, as CPython keeps -5 to 256: `tolist`
+# allocates an int for every element past 256, while gathering them from
+# this pool only copies references, which halves the cost of the bounds of a
+# large jaxpr. It grows to the largest bound met, within _INT_POOL_LIMIT.
+_INT_POOL = np.zeros(0, object)
+_INT_POOL_LIMIT = 1 << 17
+
+
+def _python_ints(values: np.ndarray) -> list[int]:
+  """`values.tolist()` for non-negative `values` in ascending order."""
+  global _INT_POOL
+  top = int(values[-1]) + 1
+  if top > len(_INT_POOL):
+    if top > _INT_POOL_LIMIT:
+      return values.tolist()
+    size = 1 << (top - 1).bit_length()
+    _INT_POOL = np.fromiter(range(size), object, size)
+  return _INT_POOL[values].tolist()
 
 
 def _check_index(column: np.ndarray, table_len: int, what: str) -> None:

@@ -122,11 +122,12 @@ def _decode_items(r, msg_tuple, depth):
   # Most items are ints (shapes, axes): read those inline.
   items = []
   append = items.append
-  for item in msg_tuple.items:
-    if item.WhichOneof("kind") == "int":
+  for item in msg_tuple.items[:]:
+    kind = item.WhichOneof("kind")
+    if kind == "int":
       append(item.int)
     else:
-      append(decode_value(r, item, depth + 1))
+      append(decode_value(r, item, depth + 1, kind))
   return items
 
 
@@ -151,14 +152,14 @@ def decode_tuple(r, msg, depth):
 
 def decode_ints(r, msg, depth):
   del depth
-  items = msg.ints.items
+  items = msg.ints.items[:]
   _packed_tuple_since_5(r, items, "ints")
   return tuple(items)
 
 
 def decode_bools(r, msg, depth):
   del depth
-  items = msg.bools.items
+  items = msg.bools.items[:]
   _packed_tuple_since_5(r, items, "bools")
   return tuple(items)
 
@@ -358,13 +359,13 @@ def decode_record(r, msg, depth):
       if not getattr(r, "unloaded_records_ok", False):
         raise
       # In a pytree node's auxdata: the node loads as a plain container.
-      fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields)
+      fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields[:])
       return library_codecs.UnloadedRecord(name, fields)
   if codec is None:
     raise FormatError(f"unknown param record type {name!r}; register it "
                       "with jaxpr_io.register_param_codec (a Pallas fusion "
                       "dtype: jaxpr_io.register_fusion_dtype) before loading")
-  fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields)
+  fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields[:])
   try:
     return codec.from_fields(fields)
   except FormatError:
@@ -491,8 +492,9 @@ def encode_value(w, v, out, depth: int = 0) -> None:
   encoder(w, v, out, depth)
 
 
-def decode_value(r, msg, depth: int = 0):
-  """The Python value of the `Value` message `msg`.
+def decode_value(r, msg, depth: int = 0, kind: str | None = None):
+  """The Python value of the `Value` message `msg` (whose oneof `kind` a
+  caller that has read it may pass: each read of a message is slow).
 
   Top-level tuples and records are decoded once per load (`r.value_memo`,
   keyed by their bytes): equal params of many equations (shardings,
@@ -502,7 +504,8 @@ def decode_value(r, msg, depth: int = 0):
   reading them records the reference."""
   if depth > MAX_VALUE_DEPTH:
     raise FormatError(f"param value nests deeper than {MAX_VALUE_DEPTH}")
-  kind = msg.WhichOneof("kind")
+  if kind is None:
+    kind = msg.WhichOneof("kind")
   decoder = DECODERS.get(kind)
   if decoder is None:
     raise FormatError(f"param value has no known kind ({kind!r})")

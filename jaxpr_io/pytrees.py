@@ -532,7 +532,7 @@ def _read_node(r, msg, depth: int, memo: TreeMemo, limit: int | None
   if not is_generic and (msg.child_keys or msg.HasField("auxdata") or
                          msg.type_module or msg.type_qualname):
     raise FormatError(f"a pytree {kind} node has fields of a GENERIC node")
-  children = tuple(_read(r, c, depth + 1, memo, limit) for c in msg.children)
+  children = tuple(_read(r, c, depth + 1, memo, limit) for c in msg.children[:])
   if kind == "leaf":
     if children:
       raise FormatError("a pytree leaf has children")
@@ -544,7 +544,7 @@ def _read_node(r, msg, depth: int, memo: TreeMemo, limit: int | None
   if kind in ("tuple", "list"):
     return Node(kind, children)
   if kind == "dict":
-    keys = tuple(params.decode_value(r, k) for k in msg.keys)
+    keys = tuple(_read_dict_key(r, k) for k in msg.keys[:])
     if len(keys) != len(children):
       raise FormatError(f"a pytree dict has {len(keys)} keys and "
                         f"{len(children)} children")
@@ -560,7 +560,7 @@ def _read_node(r, msg, depth: int, memo: TreeMemo, limit: int | None
   if len(msg.child_keys) != len(children):
     raise FormatError(f"{where} has {len(children)} children but "
                       f"{len(msg.child_keys)} child keys")
-  keys = tuple(_read_key(r, k, where) for k in msg.child_keys)
+  keys = tuple(_read_key(r, k, where) for k in msg.child_keys[:])
   has_auxdata = msg.HasField("auxdata")
   auxdata = _read_auxdata(r, msg.auxdata) if has_auxdata else None
   return Node("generic", children, type_module=module, type_qualname=qualname,
@@ -577,6 +577,13 @@ def _read_auxdata(r, msg):
     return params.decode_value(r, msg)
   finally:
     r.unloaded_records_ok = before
+
+
+def _read_dict_key(r, msg):
+  # Most keys are strings (module and parameter names): read those inline.
+  if msg.WhichOneof("kind") == "str":
+    return r.string(msg.str)
+  return params.decode_value(r, msg)
 
 
 def _read_key(r, msg, where: str):

@@ -120,7 +120,7 @@ class Reader:
     self.source = blobs.source
     self.verify_blobs = verify_blobs
     self.pending_blobs: set[int] = set()
-    self.strings = list(msg.strings)
+    self.strings = msg.strings[:]
     self.avals: list[Any] = []
     self._arrays: list[Any] = [None] * len(msg.arrays)
     self._array_done = [False] * len(msg.arrays)
@@ -135,6 +135,8 @@ class Reader:
     # Per name stack index: the equations' shared `SourceInfo`
     # (`decode_name_stacks`).
     self.source_infos: list[Any] = [None] * len(msg.name_stacks)
+    self._source_info_array: np.ndarray | None = None
+    self._context_array: np.ndarray | None = None
     self._name_entries: dict[tuple[int, int], Any] = {}
     # Equation kinds: (primitive string, param set, #inputs, #outputs) of
     # each, and, once checked, the `equations.Kind` its equations share
@@ -142,7 +144,7 @@ class Reader:
     # no kinds table: `legacy_kind` numbers their kinds as they are met.
     self.kind_keys: list[tuple[int, int, int, int]] = [
         (k.primitive, k.param_set, k.num_invars, k.num_outvars)
-        for k in msg.equation_kinds]
+        for k in msg.equation_kinds[:]]
     if len(set(self.kind_keys)) != len(self.kind_keys):
       raise FormatError("the equation kinds table holds a kind twice")
     if self.kind_keys and msg.format_version < 3:
@@ -196,7 +198,7 @@ class Reader:
                     + (len(j.eqns) + len(j.equations.outvars) // 4
                        + len(j.equations.invars) // 4
                        + len(j.constvars) + len(j.invars)) * _VAR_COST
-                    for j in m.jaxprs), "the program's equations")
+                    for j in m.jaxprs[:]), "the program's equations")
 
   # ------------------------------------------------------------ helpers
   # Errors are raised without a location; the loops that walk the tables
@@ -239,7 +241,7 @@ class Reader:
     return self.avals[self._index(i, len(self.avals), "aval")]
 
   def decode_avals(self) -> None:
-    for i, m in enumerate(self.msg.avals):
+    for i, m in enumerate(self.msg.avals[:]):
       try:
         self.avals.append(self._decode_aval(m))
       except validate.DECODE_ERRORS as e:
@@ -254,20 +256,20 @@ class Reader:
     if kind != "shaped_array":
       raise FormatError(f"aval of unknown kind {kind!r}")
     sa = m.shaped_array
-    if sa.sizes:
+    shape = sa.sizes[:]  # one copy: each access to the field is slow
+    if shape:
       # Version 5: every dimension known, one packed field.
       if self.format_version < 5 or sa.shape:
         raise FormatError("an aval has `sizes`, which a file before version "
                           "5 or with a symbolic `shape` MUST NOT have")
-      if len(sa.sizes) > _MAX_RANK:
-        raise FormatError(f"aval of rank {len(sa.sizes)} is over {_MAX_RANK}")
-      shape = list(sa.sizes)
+      if len(shape) > _MAX_RANK:
+        raise FormatError(f"aval of rank {len(shape)} is over {_MAX_RANK}")
       if not 0 <= min(shape) <= max(shape) <= _MAX_DIM:
         bad = min(shape) if min(shape) < 0 else max(shape)
         raise FormatError(f"aval dimension {bad} is not a valid size (0 to "
                           "2**62)")
     else:
-      shape = self._dims_of(sa.shape)
+      shape = self._dims_of(sa.shape[:])
     dtype = dtypes.decode_dtype(
         sa.dtype, self.string, lambda value: params.decode_value(self, value))
     # XLA computes byte sizes in int64 and aborts on overflow.
@@ -484,7 +486,7 @@ class Reader:
   # --------------------------------------------------- contexts, names
   def decode_contexts(self) -> None:
     """Builds every equation context."""
-    for i, m in enumerate(self.msg.eqn_contexts):
+    for i, m in enumerate(self.msg.eqn_contexts[:]):
       try:
         self.contexts[i] = self._eqn_context(m)
       except validate.DECODE_ERRORS as e:
@@ -521,6 +523,18 @@ class Reader:
         remove_size_one_mesh_axis=m.remove_size_one_mesh_axis,
         xla_metadata=None if xla_metadata is None
         else tuple(sorted(xla_metadata.items())))
+
+  def source_info_array(self) -> np.ndarray:
+    """`source_infos` as an object array (equations gather from it)."""
+    if self._source_info_array is None:
+      self._source_info_array = equations.objects(self.source_infos)
+    return self._source_info_array
+
+  def context_array(self) -> np.ndarray:
+    """`contexts` as an object array (equations gather from it)."""
+    if self._context_array is None:
+      self._context_array = equations.objects(self.contexts)
+    return self._context_array
 
   def _name_entry(self, kind: int, name: int):
     # Entries are immutable and repeat across stacks; building one is slow
@@ -589,15 +603,16 @@ class Reader:
       values: dict[str, Any] = {}
       coded = []
       skipped = compat.ADAPTER.skipped_params
-      for p in self.msg.param_sets[i].params:
+      for p in self.msg.param_sets[i].params[:]:
         key = self.string(p.name)
         if key in values:
           raise FormatError(f"param set {i}: param {key!r} appears twice")
         if (name, key) in skipped:
           continue
         value = p.value
+        kind = value.WhichOneof("kind")
         try:
-          if value.HasField("param_codec"):
+          if kind == "param_codec":
             codec = registry.EQN_PARAM_CODECS.get((name, key))
             if codec is None:
               raise FormatError(f"{name!r} has no codec for param {key!r}")
@@ -605,7 +620,7 @@ class Reader:
                 self, value.param_codec)))
             values[key] = None
           else:
-            values[key] = params.decode_value(self, value)
+            values[key] = params.decode_value(self, value, 0, kind)
         except validate.DECODE_ERRORS as e:
           raise FormatError(f"param set {i}, param {key!r}: "
                             f"{validate.describe_error(e)}") from None
@@ -687,7 +702,7 @@ class Reader:
     return self._closed[i]
 
   def build_jaxprs(self) -> None:
-    for i, m in enumerate(self.msg.jaxprs):
+    for i, m in enumerate(self.msg.jaxprs[:]):
       decoder = _JaxprDecoder(self, m)
       try:
         self.jaxprs.append(decoder.decode())
@@ -785,14 +800,14 @@ class _JaxprDecoder:
 
   def decode(self):
     r, m = self.r, self.msg
-    constvars = self.bind_all(m.constvars)
-    invars = self.bind_all(m.invars)
+    constvars = self.bind_all(m.constvars[:])
+    invars = self.bind_all(m.invars[:])
     try:
       eqns = equations.decode(self, equations.columns_of(r, m))
     except validate.DECODE_ERRORS as e:
       raise FormatError(validate.describe_error(e)) from None
     try:
-      outvars = [self.atom(a) for a in m.outvars]
+      outvars = [self.atom(a) for a in m.outvars[:]]
       effects = self.effects(m.effects)
       info = m.debug_info
       # JAX asserts these lengths deep inside transformations (DCE).
