@@ -143,123 +143,217 @@ def _first(mask: np.ndarray) -> int:
   return int(np.flatnonzero(mask)[0])
 
 
-def decode(decoder, cols: Columns) -> list:
-  """The `JaxprEqn`s of `cols`; binds their outputs in `decoder.env`."""
-  r, env = decoder.r, decoder.env
-  n = len(cols.kinds)
-  for field in ("name_stacks", "contexts"):
-    if len(getattr(cols, field)) != n:
-      raise FormatError(f"equations column {field!r} has "
-                        f"{len(getattr(cols, field))} entries for {n} "
-                        "equations")
-  if n == 0:
-    if len(cols.invars) or len(cols.outvars) or len(cols.dropped) \
-        or cols.effects:
-      raise FormatError("a jaxpr without equations has equation columns")
-    return []
-  kind_ids = cols.kinds
-  if int(kind_ids.max()) >= len(r.kind_keys):
-    i = _first(kind_ids >= len(r.kind_keys))
-    raise FormatError(f"equation {i}: kind index {kind_ids[i]} is out of "
-                      f"range (the table has {len(r.kind_keys)} entries)")
-  _check_index(cols.name_stacks, len(r.source_infos), "name stack")
-  _check_index(cols.contexts, len(r.contexts), "eqn context")
+class Batch(NamedTuple):
+  """The equations of every jaxpr of a program, checked together and
+  gathered into program-wide lists (equation e of jaxpr j is entry
+  `starts[j] + e`): what building their `JaxprEqn`s takes."""
+  starts: list[int]        # per jaxpr, its first equation; then the total
+  out_starts: list[int]    # per jaxpr, its first output; then the total
+  kind_ids: np.ndarray     # per equation
+  first_out: np.ndarray    # per equation: variables of its jaxpr bound before it
+  ins: list                # every equation's inputs, in order
+  new_vars: list           # every equation's outputs, in order
+  in_bounds: list[int]     # equation e's inputs: ins[in_bounds[e]:in_bounds[e + 1]]
+  out_bounds: list[int]    # likewise for new_vars
+  source_infos: list       # per equation
+  contexts: list           # per equation
+  used: list[list[tuple[int, int]]]  # per jaxpr: (kind, its equations)
+
+
+def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
+  """Checks the equation columns of all jaxprs of a program at once, and
+  builds every equation's output variables and gathers its inputs.
+
+  `envs[j]` holds jaxpr j's constvars and invars. Working on the
+  concatenated columns costs a few dozen numpy calls per program instead of
+  per jaxpr, which was most of the time of reading a small jaxpr. Errors
+  name the jaxpr and equation."""
+  counts = []
+  for j, cols in enumerate(columns):
+    n = len(cols.kinds)
+    for field in ("name_stacks", "contexts"):
+      if len(getattr(cols, field)) != n:
+        raise FormatError(f"jaxpr {j}: equations column {field!r} has "
+                          f"{len(getattr(cols, field))} entries for {n} "
+                          "equations")
+    if n == 0 and (len(cols.invars) or len(cols.outvars) or len(cols.dropped)
+                   or cols.effects):
+      raise FormatError(f"jaxpr {j}: a jaxpr without equations has equation "
+                        "columns")
+    if cols.effects and max(cols.effects) >= n:
+      raise FormatError(f"jaxpr {j}: effects of equation "
+                        f"{max(cols.effects)}, but the jaxpr has {n}")
+    counts.append(n)
+  starts = np.zeros(len(columns) + 1, np.int64)
+  np.cumsum(counts, out=starts[1:])
+  kind_ids, name_stacks, contexts, refs, outvars = (
+      np.concatenate([getattr(c, field) for c in columns]) if columns
+      else np.zeros(0, dtype)
+      for field, dtype in (("kinds", _U32), ("name_stacks", _U32),
+                           ("contexts", _U32), ("invars", _I32),
+                           ("outvars", _U32)))
+
+  def at(e: int) -> str:  # "jaxpr j: equation i" of program-wide equation e
+    j = int(np.searchsorted(starts, e, side="right")) - 1
+    return f"jaxpr {j}: equation {e - int(starts[j])}"
+
+  def named(e: int) -> str:
+    return f"{at(e)} ({_name(r, int(kind_ids[e]))})"
+
+  for column, table_len, what in ((kind_ids, len(r.kind_keys), "kind"),
+                                  (name_stacks, len(r.source_infos),
+                                   "name stack"),
+                                  (contexts, len(r.contexts), "eqn context")):
+    if len(column) and int(column.max()) >= table_len:
+      e = _first(column >= table_len)
+      raise FormatError(f"{at(e)}: {what} index {column[e]} is out of range "
+                        f"(the table has {table_len} entries)")
   kind_n_in, kind_n_out = r.kind_arity()
   n_ins, n_outs = kind_n_in[kind_ids], kind_n_out[kind_ids]
   in_ends, out_ends = np.cumsum(n_ins), np.cumsum(n_outs)  # per equation
+  out_starts = None
   for field, ends in (("invars", in_ends), ("outvars", out_ends)):
-    total = int(ends[-1])
-    if len(getattr(cols, field)) != total:
-      raise FormatError(f"equations column {field!r} has "
-                        f"{len(getattr(cols, field))} entries; the "
-                        f"equations' kinds take {total}")
-  outvars = cols.outvars
+    ends0 = np.concatenate(([0], ends))
+    taken = ends0[starts]  # per jaxpr, where its part begins; then the end
+    if field == "outvars":
+      out_starts = taken
+    lengths = np.array([len(getattr(c, field)) for c in columns], np.int64)
+    wrong = lengths != np.diff(taken)
+    if wrong.any():
+      j = _first(wrong)
+      raise FormatError(f"jaxpr {j}: equations column {field!r} has "
+                        f"{lengths[j]} entries; the equations' kinds take "
+                        f"{int(taken[j + 1] - taken[j])}")
   if len(outvars) and int(outvars.max()) >= len(r.avals):
-    raise FormatError(f"an output's aval index {int(outvars.max())} is out "
-                      f"of range (the table has {len(r.avals)} entries)")
+    p = _first(outvars >= len(r.avals))
+    j = int(np.searchsorted(out_starts, p, side="right")) - 1
+    raise FormatError(f"jaxpr {j}: an output's aval index {outvars[p]} is "
+                      f"out of range (the table has {len(r.avals)} entries)")
 
   # Every output variable, in binding order.
-  n_bound = len(env)
-  first_out = out_ends - n_outs + n_bound  # per equation
+  n_bound = np.array([len(env) for env in envs], np.int64)
+  jaxpr_of = np.repeat(np.arange(len(columns)), counts)  # per equation
+  first_out = out_ends - n_outs + (n_bound - out_starts[:-1])[jaxpr_of]
   avals = _objects(r.avals)[outvars].tolist()
   new_vars = list(map(compat.Var, avals))
-  dropped = cols.dropped
-  if len(dropped):
-    if int(dropped[-1]) >= len(outvars) or np.any(dropped[1:] <= dropped[:-1]):
-      raise FormatError("the dropped-output positions are out of range, "
-                        "repeat or are not ascending")
-    for p in dropped.tolist():
+  for j, cols in enumerate(columns):
+    dropped = cols.dropped
+    if not len(dropped):
+      continue
+    if (int(dropped[-1]) >= len(cols.outvars)
+        or np.any(dropped[1:] <= dropped[:-1])):
+      raise FormatError(f"jaxpr {j}: the dropped-output positions are out "
+                        "of range, repeat or are not ascending")
+    for p in (dropped.astype(np.int64) + out_starts[j]).tolist():
       new_vars[p] = compat.DropVar(avals[p])
 
   # Inputs: variables bound before their equation, or literals.
-  refs = cols.invars
-  table = env + new_vars
+  table: list[Any] = []  # each jaxpr's variables, then the literals
+  offsets = []
+  for j, env in enumerate(envs):
+    offsets.append(len(table))
+    table += env
+    table += new_vars[out_starts[j]:out_starts[j + 1]]
+  ins: list[Any] = []
   if len(refs):
     bad = refs >= np.repeat(first_out, n_ins)
     if bad.any():
-      p = _first(bad)
-      i = _equation_of(p, n_ins)
-      raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): variable "
-                        f"{refs[p]} is used before it is bound (only "
-                        f"{first_out[i]} are bound here)")
-    if len(dropped):
-      bad = np.isin(refs, dropped.astype(np.int64) + n_bound)
-      if bad.any():
-        p = _first(bad)
-        i = _equation_of(p, n_ins)
-        raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): variable "
-                          f"{refs[p]} is a dropped output and cannot be used")
-    lowest = int(refs.min())
-    if lowest < 0:
-      if -1 - lowest >= len(r.msg.arrays):
+      e = _equation_of(_first(bad), in_ends)
+      raise FormatError(f"{named(e)}: variable {refs[_first(bad)]} is used "
+                        f"before it is bound (only {first_out[e]} are bound "
+                        "here)")
+    in_starts = np.concatenate(([0], in_ends))[starts]
+    for j, cols in enumerate(columns):
+      if len(cols.dropped):
+        own = refs[in_starts[j]:in_starts[j + 1]]
+        bad = np.isin(own, cols.dropped.astype(np.int64) + n_bound[j])
+        if bad.any():
+          p = int(in_starts[j]) + _first(bad)
+          raise FormatError(f"{named(_equation_of(p, in_ends))}: variable "
+                            f"{refs[p]} is a dropped output and cannot be "
+                            "used")
+    index = refs.astype(np.int64) + np.repeat(
+        np.asarray(offsets, np.int64)[jaxpr_of], n_ins)
+    literal = refs < 0
+    if literal.any():
+      arrays = -1 - refs[literal].astype(np.int64)
+      if int(arrays.max()) >= len(r.msg.arrays):
         p = _first(refs < -len(r.msg.arrays))
-        i = _equation_of(p, n_ins)
-        raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): literal "
-                          f"reference {refs[p]} is out of range (array index "
-                          f"{-1 - int(refs[p])}; the arrays table has "
-                          f"{len(r.msg.arrays)} entries)")
-      # Literal reference -1 - a is table[-1 - a]: the literals go after
-      # the variables, last array first.
-      literals: list[Any] = [None] * -lowest
-      used_arrays = np.bincount(-1 - refs[refs < 0])
-      for a in np.flatnonzero(used_arrays).tolist():
-        literals[a] = decoder.atom(-1 - a)
-      table += literals[::-1]
-  # Gathering from an object array is several times faster than indexing
-  # a list with Python ints (which `tolist` would first have to allocate).
-  ins = _objects(table)[refs].tolist()
-  env += new_vars
+        raise FormatError(
+            f"{named(_equation_of(p, in_ends))}: literal reference "
+            f"{refs[p]} is out of range (array index {-1 - int(refs[p])}; "
+            f"the arrays table has {len(r.msg.arrays)} entries)")
+      used_arrays = np.flatnonzero(np.bincount(arrays))
+      position = np.zeros(int(used_arrays[-1]) + 1, np.int64)
+      position[used_arrays] = np.arange(len(table),
+                                        len(table) + len(used_arrays))
+      table += [r.literal(a) for a in used_arrays.tolist()]
+      index[literal] = position[arrays]
+    # Gathering from an object array is several times faster than indexing
+    # a list with Python ints (which `tolist` would first have to allocate).
+    ins = _objects(table)[index].tolist()
 
-  # Each kind once.
+  return Batch(
+      starts.tolist(), out_starts.tolist(), kind_ids, first_out, ins,
+      new_vars, _bounds(in_ends), _bounds(out_ends),
+      r.source_info_array()[name_stacks].tolist(),
+      r.context_array()[contexts].tolist(),
+      _kinds_used(jaxpr_of, kind_ids, len(columns), len(r.kind_keys)))
+
+
+def _kinds_used(jaxpr_of, kind_ids, n_jaxprs: int, n_kinds: int):
+  """Per jaxpr, the (kind, number of its equations) of each kind it uses,
+  in kind order."""
+  used: list[list[tuple[int, int]]] = [[] for _ in range(n_jaxprs)]
+  if not len(kind_ids):
+    return used
+  key = jaxpr_of.astype(np.int64) * n_kinds + kind_ids
+  if n_jaxprs * n_kinds <= 8 * len(key) + 4096:
+    counts = np.bincount(key)  # small enough to count densely
+    keys = np.flatnonzero(counts)
+    counts = counts[keys]
+  else:
+    keys, counts = np.unique(key, return_counts=True)
+  for k, count in zip(keys.tolist(), counts.tolist()):
+    used[k // n_kinds].append((k % n_kinds, count))
+  return used
+
+
+def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
+  """The `JaxprEqn`s of jaxpr `j` of `batch`; binds their outputs in
+  `decoder.env`. Resolves the kinds the jaxpr uses first (their params may
+  refer to earlier jaxprs only)."""
+  r, env = decoder.r, decoder.env
+  start, stop = batch.starts[j], batch.starts[j + 1]
+  env += batch.new_vars[batch.out_starts[j]:batch.out_starts[j + 1]]
+  if start == stop:
+    return []
+  kind_ids = batch.kind_ids[start:stop]
+  used = batch.used[j]
   kinds = r.kinds
-  counts = np.bincount(kind_ids).tolist()
-  used = [k for k, count in enumerate(counts) if count]
   try:
-    for k in used:
+    for k, _ in used:
       if kinds[k] is None:
         resolve_kind(r, k)
   except validate.DECODE_ERRORS as error:
     _raise_for_first_bad_kind(r, kind_ids, k, error)
-  if cols.effects and max(cols.effects) >= n:
-    raise FormatError(f"effects of equation {max(cols.effects)}, but the "
-                      f"jaxpr has {n}")
 
   # The equations, in one pass over per-equation columns. Equation e's
   # inputs are ins[in_bounds[e]:in_bounds[e + 1]], its outputs likewise.
-  in_bounds = _bounds(in_ends)
-  out_bounds = _bounds(out_ends)
+  ins, new_vars = batch.ins, batch.new_vars
+  in_bounds = batch.in_bounds[start:stop + 1]
+  out_bounds = batch.out_bounds[start:stop + 1]
   new_eqn, no_effects = compat.JaxprEqn, compat.no_effects
   eqns = [new_eqn(ins[a:b], new_vars[c:d], kind[0], kind[1], no_effects,
                   source_info, ctx)
           for kind, a, b, c, d, source_info, ctx in zip(
               _objects(kinds)[kind_ids].tolist(),
               in_bounds, in_bounds[1:], out_bounds, out_bounds[1:],
-              r.source_info_array()[cols.name_stacks].tolist(),
-              r.context_array()[cols.contexts].tolist())]
+              batch.source_infos[start:stop], batch.contexts[start:stop])]
   try:
     for i, messages in cols.effects.items():
       e = eqns[i]
-      bound = int(first_out[i])  # variables its effects may name
+      bound = int(batch.first_out[start + i])  # variables it may name
       eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params,
                         {r.effect(m, env, bound) for m in messages},
                         e.source_info, e.ctx)
@@ -267,10 +361,12 @@ def decode(decoder, cols: Columns) -> list:
     raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): "
                       f"{validate.describe_error(error)}") from None
 
+  used_kinds = [k for k, _ in used]
   if compat.MERGED_JAXPRS:
-    _close_over_inputs(r, kinds, kind_ids, used, eqns)
+    _close_over_inputs(r, kinds, kind_ids, used_kinds, eqns)
   # See compat.DICT_NO_EFFECTS; only programs that use such a primitive pay.
-  if any(kinds[k].primitive.name in compat.DICT_NO_EFFECTS for k in used):
+  if any(kinds[k].primitive.name in compat.DICT_NO_EFFECTS
+         for k in used_kinds):
     for i, e in enumerate(eqns):
       if e.primitive.name in compat.DICT_NO_EFFECTS and not e.effects:
         eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params, {},
@@ -278,8 +374,8 @@ def decode(decoder, cols: Columns) -> list:
 
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.
-  for k in used:
-    kind, count = kinds[k], counts[k]
+  for k, count in used:
+    kind = kinds[k]
     decoder.refs += kind.refs
     decoder.size += kind.weight * count
     for primitive, param in kind.drops:
@@ -345,9 +441,10 @@ def objects(items: list) -> np.ndarray:
 _objects = objects
 
 
-def _equation_of(position: int, n_ins: np.ndarray) -> int:
-  """The equation whose inputs hold flat input `position`."""
-  return int(np.searchsorted(np.cumsum(n_ins), position, side="right"))
+def _equation_of(position: int, in_ends: np.ndarray) -> int:
+  """The equation whose inputs hold flat input `position` (`in_ends`: where
+  each equation's inputs end)."""
+  return int(np.searchsorted(in_ends, position, side="right"))
 
 
 def _bounds(ends: np.ndarray) -> list[int]:
@@ -376,13 +473,6 @@ def _python_ints(values: np.ndarray) -> list[int]:
     size = 1 << (top - 1).bit_length()
     _INT_POOL = np.fromiter(range(size), object, size)
   return _INT_POOL[values].tolist()
-
-
-def _check_index(column: np.ndarray, table_len: int, what: str) -> None:
-  if len(column) and int(column.max()) >= table_len:
-    i = _first(column >= table_len)
-    raise FormatError(f"equation {i}: {what} index {column[i]} is out of "
-                      f"range (the table has {table_len} entries)")
 
 
 def _name(reader, k) -> str:

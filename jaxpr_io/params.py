@@ -119,7 +119,11 @@ def _encode_items(w, items, out_tuple, depth):
 
 
 def _decode_items(r, msg_tuple, depth):
-  # Most items are ints (shapes, axes): read those inline.
+  # Most items are ints (shapes, axes): read those inline. Items are never
+  # shared (see decode_value), so the others go straight to their decoder.
+  depth += 1
+  if depth > MAX_VALUE_DEPTH:
+    raise FormatError(f"param value nests deeper than {MAX_VALUE_DEPTH}")
   items = []
   append = items.append
   for item in msg_tuple.items[:]:
@@ -127,7 +131,7 @@ def _decode_items(r, msg_tuple, depth):
     if kind == "int":
       append(item.int)
     else:
-      append(decode_value(r, item, depth + 1, kind))
+      append((DECODERS.get(kind) or _unknown_kind(kind))(r, item, depth))
   return items
 
 
@@ -506,12 +510,10 @@ def decode_value(r, msg, depth: int = 0, kind: str | None = None):
     raise FormatError(f"param value nests deeper than {MAX_VALUE_DEPTH}")
   if kind is None:
     kind = msg.WhichOneof("kind")
-  decoder = DECODERS.get(kind)
-  if decoder is None:
-    raise FormatError(f"param value has no known kind ({kind!r})")
+  decoder = DECODERS.get(kind) or _unknown_kind(kind)
   # Not shared while placeholders of unloaded library records may be made
   # (a pytree node's auxdata): a param of the same bytes must not get one.
-  memo = (r.value_memo if depth == 0 and kind in _SHARED_KINDS
+  memo = (r.value_memo if depth == 0 and kind in SHARED_KINDS
           and not getattr(r, "unloaded_records_ok", False) else None)
   if memo is None:
     return decoder(r, msg, depth)
@@ -525,7 +527,12 @@ def decode_value(r, msg, depth: int = 0, kind: str | None = None):
   return value
 
 
-_SHARED_KINDS = frozenset({"tuple", "record", "treedef"})
+def _unknown_kind(kind: str | None):
+  raise FormatError(f"param value has no known kind ({kind!r})")
+
+
+# Kinds of values that `decode_value` shares between equal params.
+SHARED_KINDS = frozenset({"tuple", "record", "treedef"})
 _MISSING = object()
 
 

@@ -480,17 +480,20 @@ def _read(r, msg, depth: int, memo: TreeMemo, limit: int | None = None
     raise FormatError(f"pytree nests deeper than {MAX_DEPTH}")
   if msg.shared:
     return _read_shared(r, msg, depth, memo, limit)
-  if not msg.children:
-    return _read_node(r, msg, depth, memo, limit)
+  children = msg.children[:]  # one copy: each access to the field is slow
+  if not children:
+    return _read_node(r, msg, children, depth, memo, limit)
   if memo.by_bytes is None:
-    node = _read_node(r, msg, depth, memo, limit)
+    node = _read_node(r, msg, children, depth, memo, limit)
   else:
     key = msg.SerializeToString()
     node = memo.by_bytes.get(key)
     if node is not None:
       return memo.reuse(node, depth)
-    node = memo.by_bytes[key] = _read_node(r, msg, depth, memo, limit)
-  memo.heights[id(node)] = 1 + max(memo.height(c) for c in node.children)
+    node = memo.by_bytes[key] = _read_node(r, msg, children, depth, memo,
+                                           limit)
+  heights = memo.heights
+  heights[id(node)] = 1 + max([heights.get(id(c), 0) for c in node.children])
   return node
 
 
@@ -523,8 +526,8 @@ def _read_shared(r, msg, depth: int, memo: TreeMemo, limit: int | None
   return memo.reuse(node, depth)
 
 
-def _read_node(r, msg, depth: int, memo: TreeMemo, limit: int | None
-               ) -> Node:
+def _read_node(r, msg, children_msgs: list, depth: int, memo: TreeMemo,
+               limit: int | None) -> Node:
   kind = _KINDS.get(msg.kind)
   if kind is None or kind == "kind_unspecified":
     raise FormatError(f"unknown pytree node kind {msg.kind}")
@@ -532,7 +535,8 @@ def _read_node(r, msg, depth: int, memo: TreeMemo, limit: int | None
   if not is_generic and (msg.child_keys or msg.HasField("auxdata") or
                          msg.type_module or msg.type_qualname):
     raise FormatError(f"a pytree {kind} node has fields of a GENERIC node")
-  children = tuple(_read(r, c, depth + 1, memo, limit) for c in msg.children[:])
+  children = tuple([_read(r, c, depth + 1, memo, limit)
+                    for c in children_msgs])
   if kind == "leaf":
     if children:
       raise FormatError("a pytree leaf has children")

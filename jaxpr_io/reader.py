@@ -154,7 +154,7 @@ class Reader:
     self._kind_index: dict[tuple[int, int, int, int], int] = {}
     self._kind_arity: tuple[np.ndarray, np.ndarray] | None = None
     self.tree_memo = pytrees.TreeMemo(msg)
-    # Literal reference -> (value, aval), checked once.
+    # Array index -> (value, aval) of a literal, checked once.
     self._literals: dict[int, tuple] = {}
     # Jaxpr indices referenced by the param set being decoded, for each
     # jaxpr's nesting depth and its size with shared sub-jaxprs inlined.
@@ -603,16 +603,21 @@ class Reader:
       values: dict[str, Any] = {}
       coded = []
       skipped = compat.ADAPTER.skipped_params
+      decoders, shared = params.DECODERS, params.SHARED_KINDS
       for p in self.msg.param_sets[i].params[:]:
         key = self.string(p.name)
         if key in values:
           raise FormatError(f"param set {i}: param {key!r} appears twice")
-        if (name, key) in skipped:
+        if skipped and (name, key) in skipped:
           continue
         value = p.value
         kind = value.WhichOneof("kind")
         try:
-          if kind == "param_codec":
+          if kind in decoders and kind not in shared:
+            # Scalars and other unshared kinds: straight to their decoder
+            # (what decode_value would do, without its prologue).
+            values[key] = decoders[kind](self, value, 0)
+          elif kind == "param_codec":
             codec = registry.EQN_PARAM_CODECS.get((name, key))
             if codec is None:
               raise FormatError(f"{name!r} has no codec for param {key!r}")
@@ -702,10 +707,23 @@ class Reader:
     return self._closed[i]
 
   def build_jaxprs(self) -> None:
-    for i, m in enumerate(self.msg.jaxprs[:]):
+    messages = self.msg.jaxprs[:]
+    decoders, columns = [], []
+    for i, m in enumerate(messages):
       decoder = _JaxprDecoder(self, m)
       try:
-        self.jaxprs.append(decoder.decode())
+        decoder.bind_inputs()
+        columns.append(equations.columns_of(self, m))
+      except FormatError as e:
+        raise FormatError(f"jaxpr {i}: {e}") from None
+      decoders.append(decoder)
+    try:
+      batch = equations.prepare(self, [d.env for d in decoders], columns)
+    except validate.DECODE_ERRORS as e:
+      raise FormatError(validate.describe_error(e)) from None
+    for i, (m, decoder, cols) in enumerate(zip(messages, decoders, columns)):
+      try:
+        self.jaxprs.append(decoder.decode(batch, i, cols))
       except FormatError as e:
         raise FormatError(f"jaxpr {i}: {e}") from None
       if m.eqns:  # versions 1-2: outputs beyond one per equation
@@ -723,6 +741,14 @@ class Reader:
     """Equations of the root program with every use of a shared sub-jaxpr
     counted (what a recursive walk such as JAX's type checker visits)."""
     return self.sizes[self.msg.closed_jaxprs[self.msg.root].jaxpr]
+
+  def literal(self, index: int):
+    """A new `Literal` of array `index` (its value and type checked once)."""
+    literal = self._literals.get(index)
+    if literal is None:
+      literal = self._literals[index] = (
+          self.array(index), self.aval(self.msg.arrays[index].aval))
+    return compat.Literal(*literal)
 
   def effect(self, m, env, bound: int | None = None):
     """The effect of message `m`; an input effect may name the first
@@ -758,6 +784,8 @@ class _JaxprDecoder:
     self.r = reader
     self.msg = msg
     self.env: list[Any] = []
+    self.constvars: list[Any] = []
+    self.invars: list[Any] = []
     self.refs: list[int] = []   # sub-jaxprs referenced by the equations
     self.size = 0               # equations, sub-jaxprs inlined
 
@@ -786,24 +814,26 @@ class _JaxprDecoder:
       if type(var) is compat.DropVar:
         raise FormatError(f"variable {ref} is a dropped output and cannot be used")
       return var
-    literal = r._literals.get(ref)  # pylint: disable=protected-access
-    if literal is None:
-      index = -1 - ref
-      literal = r._literals[ref] = (  # pylint: disable=protected-access
-          r.array(index), r.aval(r.msg.arrays[index].aval))
-    return compat.Literal(*literal)
+    return r.literal(-1 - ref)
 
   def effects(self, messages):
     if not messages:
       return compat.no_effects
     return {self.r.effect(m, self.env) for m in messages}
 
-  def decode(self):
+  def bind_inputs(self) -> None:
+    """Binds the jaxpr's constvars and invars (variables 0, 1, ...)."""
+    m = self.msg
+    self.constvars = self.bind_all(m.constvars[:])
+    self.invars = self.bind_all(m.invars[:])
+
+  def decode(self, batch, i: int, cols):
+    """Jaxpr `i` of the program, its equations from `batch`
+    (equations.prepare), after `bind_inputs`."""
     r, m = self.r, self.msg
-    constvars = self.bind_all(m.constvars[:])
-    invars = self.bind_all(m.invars[:])
+    constvars, invars = self.constvars, self.invars
     try:
-      eqns = equations.decode(self, equations.columns_of(r, m))
+      eqns = equations.build(self, batch, i, cols)
     except validate.DECODE_ERRORS as e:
       raise FormatError(validate.describe_error(e)) from None
     try:
