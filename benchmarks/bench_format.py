@@ -13,10 +13,11 @@ Two measurements are made:
    of ``jaxpr_io.loads`` with the time of constructing the same objects
    without parsing (``construct``: the avals, name stacks and their
    ``SourceInfo``s, every ``Var``, ``Literal``, ``JaxprEqn``, ``Jaxpr`` and
-   ``ClosedJaxpr``, sub-jaxprs included, and the signature treedefs, built
-   through the constructors the reader uses from plain Python data prepared
-   in advance; param values, contexts and constants are shared, not
-   rebuilt), against a target of loads <= 1.3x construct.
+   ``ClosedJaxpr``, sub-jaxprs included, each params dict with its tuples
+   and records, and the signature treedefs, built through the constructors
+   the reader uses from plain Python data prepared in advance; scalars,
+   enum members, dtypes, contexts, literal values and constants are shared,
+   not rebuilt), against a target of loads <= 1.3x construct.
 
 2. Lazy constants.  A small program closing over about ``--const-gib`` GiB of
    float32 numpy arrays is saved with ``jaxpr_io.save``.  The script reports
@@ -180,13 +181,17 @@ def construction_plan(data):
     * for each stored jaxpr (sub-jaxprs before their users, as the reader
       builds them): each equation's primitive, where its inputs come from (an
       earlier variable's number, or a literal's value and type), its
-      outputs' aval numbers, its params dict (with a slot for each param that
-      holds a sub-jaxpr), its effects, name stack number and context; and, for
-      each closed jaxpr, its jaxpr's number and constant values;
+      outputs' aval numbers, its params dict's number, its effects, name
+      stack number and context; and, for each closed jaxpr, its jaxpr's
+      number and constant values;
+    * each params dict (once, as equations of a kind share theirs), as a
+      plan per value: tuples and frozensets item by item, records through
+      their codec's constructor from their fields, a slot for each
+      sub-jaxpr;
     * the input and output signatures, as skeleton pytrees.
 
-    Param values, contexts and constants are kept as built: ``construct``
-    does not count them.
+    Scalars, enum members, dtypes, contexts, literal values and constants
+    are kept as built: ``construct`` does not count them.
     """
     c = jaxpr_io.container.Container(data)
     closed, in_tree, out_tree, msg, rd = jaxpr_io.reader.read(c, verify_blobs=False)
@@ -214,16 +219,30 @@ def construction_plan(data):
             closed_after.setdefault(jaxpr_index, []).append(k)
             closed_plans.append((k, jaxpr_index, list(cj.consts)))
 
+    def value_plan(value):
+        """How to rebuild a param value from plain data: tuples and
+        frozensets item by item, records (shardings, meshes, dimension
+        numbers...) through their codec's constructor; jaxprs are slots;
+        scalars, enum members, dtypes and arrays are shared."""
+        if id(value) in slot_of:
+            return ("slot", slot_of[id(value)])
+        t = type(value)
+        if t in (tuple, frozenset, list):
+            return ("seq", t, [value_plan(x) for x in value])
+        name = jaxpr_io.registry.RECORDS.by_key.get(t)
+        if name is not None:
+            codec = jaxpr_io.registry.RECORDS.by_name[name]
+            return ("record", codec.from_fields,
+                    [value_plan(x) for x in codec.to_fields(value)])
+        return ("shared", value)
+
+    param_plans = {}  # id(params dict) -> its number; each dict built once
+
     def param_plan(params):
-        static, slots = {}, []
-        for key, value in params.items():
-            if id(value) in slot_of:
-                slots.append((key, slot_of[id(value)], None))
-            elif type(value) in (tuple, list) and any(id(x) in slot_of for x in value):
-                slots.append((key, [slot_of.get(id(x), ("static", x)) for x in value],
-                              type(value)))
-            static[key] = value
-        return static, slots
+        if id(params) not in param_plans:
+            param_plans[id(params)] = (
+                len(param_plans), [(k, value_plan(v)) for k, v in params.items()])
+        return param_plans[id(params)][0]
 
     def atom_plan(ref, atom):
         if ref >= 0:
@@ -235,22 +254,37 @@ def construction_plan(data):
         eqns = []
         in_refs = iter(jaxpr_io.equations.columns_of(rd, m).invars.tolist())
         for eqn in j.eqns:
-            static, slots = param_plan(eqn.params)
             eqns.append((
                 eqn.primitive,
                 [atom_plan(next(in_refs), a) for a in eqn.invars],
                 [(type(v) is compat.DropVar, aval_number[id(v.aval)])
                  for v in eqn.outvars],
-                static, slots, eqn.effects, stack_number[id(eqn.source_info)],
-                eqn.ctx))
+                param_plan(eqn.params), eqn.effects,
+                stack_number[id(eqn.source_info)], eqn.ctx))
         plans.append((
             list(m.constvars), list(m.invars), eqns,
             [atom_plan(r, a) for r, a in zip(m.outvars, j.outvars)],
             j.effects, j.debug_info, m.is_high, closed_after.get(i, [])))
     consts_of = {k: consts for k, _, consts in closed_plans}
     trees = tuple(t.unflatten([0] * t.num_leaves) for t in (in_tree, out_tree))
-    return (aval_plans, stack_plans, plans, consts_of, slot_of[id(closed)][1],
-            trees)
+    dict_plans = [items for _, items in sorted(param_plans.values(),
+                                               key=lambda p: p[0])]
+    return (aval_plans, stack_plans, dict_plans, plans, consts_of,
+            slot_of[id(closed)][1], trees)
+
+
+def rebuild_value(p, built):
+    """A param value from its ``value_plan`` (a module-level function: a
+    recursive closure would make a reference cycle that keeps the built
+    objects alive until the next collection, hiding their deallocation)."""
+    kind = p[0]
+    if kind == "shared":
+        return p[1]
+    if kind == "slot":
+        return built[p[1][0]][p[1][1]]
+    if kind == "seq":
+        return p[1]([rebuild_value(x, built) for x in p[2]])
+    return p[1](tuple([rebuild_value(x, built) for x in p[2]]))  # a record
 
 
 def construct(plan):
@@ -258,9 +292,10 @@ def construct(plan):
     ``construction_plan``'s plain data, through the constructors the reader
     uses (jaxpr_io.compat): the avals; each name stack (each entry once) and
     its ``SourceInfo``; every ``Var``, ``Literal``, ``JaxprEqn``, ``Jaxpr``
-    and ``ClosedJaxpr``; and the two signature treedefs. The cost of the
-    objects, without any parsing or checking."""
-    aval_plans, stack_plans, plans, consts_of, root, trees = plan
+    and ``ClosedJaxpr``; each params dict with its tuples and records; and
+    the two signature treedefs. The cost of the objects, without any parsing
+    or checking."""
+    aval_plans, stack_plans, dict_plans, plans, consts_of, root, trees = plan
     Var, DropVar, Literal = compat.Var, compat.DropVar, compat.Literal
     # The reader's hot loop calls JaxprEqn itself, without compat.new_eqn.
     new_eqn, new_jaxpr, make_closed = compat.JaxprEqn, compat.new_jaxpr, compat.make_closed
@@ -277,24 +312,21 @@ def construct(plan):
             built_entries.append(e)
         source_infos.append(new_info(None, new_stack(tuple(built_entries))))
     built = {"open": [], "closed": {}}
-
-    def resolve(slot):
-        return built[slot[0]][slot[1]] if slot[0] != "static" else slot[1]
+    param_dicts = [None] * len(dict_plans)  # built when first used
 
     for const_avals, in_avals, eqns, out_refs, effects, debug_info, is_high, closed in plans:
         constvars = [Var(avals[a]) for a in const_avals]
         invars = [Var(avals[a]) for a in in_avals]
         env = constvars + invars
         new_eqns = []
-        for prim, in_refs, outs, params, slots, eqn_effects, stack, ctx in eqns:
+        for prim, in_refs, outs, dict_number, eqn_effects, stack, ctx in eqns:
             ins = [env[r] if type(r) is int else Literal(r[0], avals[r[1]]) for r in in_refs]
             outvars = [DropVar(avals[a]) if dropped else Var(avals[a]) for dropped, a in outs]
             env.extend(outvars)
-            if slots:
-                params = dict(params)
-                for key, slot, seq_type in slots:
-                    params[key] = (resolve(slot) if seq_type is None
-                                   else seq_type(resolve(s) for s in slot))
+            params = param_dicts[dict_number]
+            if params is None:
+                params = param_dicts[dict_number] = {
+                    k: rebuild_value(p, built) for k, p in dict_plans[dict_number]}
             new_eqns.append(new_eqn(ins, outvars, prim, params, eqn_effects,
                                     source_infos[stack], ctx))
         outvars = [env[r] if type(r) is int else Literal(r[0], avals[r[1]]) for r in out_refs]
