@@ -235,7 +235,7 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
   jaxpr_of = np.repeat(np.arange(len(columns)), counts)  # per equation
   first_out = out_ends - n_outs + (n_bound - out_starts[:-1])[jaxpr_of]
   avals = _objects(r.avals)[outvars].tolist()
-  new_vars = list(map(compat.Var, avals))
+  var_array = np.fromiter(map(compat.Var, avals), object, len(avals))
   for j, cols in enumerate(columns):
     dropped = cols.dropped
     if not len(dropped):
@@ -245,15 +245,17 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
       raise FormatError(f"jaxpr {j}: the dropped-output positions are out "
                         "of range, repeat or are not ascending")
     for p in (dropped.astype(np.int64) + out_starts[j]).tolist():
-      new_vars[p] = compat.DropVar(avals[p])
+      var_array[p] = compat.DropVar(avals[p])
+  new_vars = var_array.tolist()
 
-  # Inputs: variables bound before their equation, or literals.
-  table: list[Any] = []  # each jaxpr's variables, then the literals
-  offsets = []
+  # Inputs: variables bound before their equation, or literals. `table`
+  # holds each jaxpr's variables, then the literals.
+  parts, offsets, size = [], [], 0
   for j, env in enumerate(envs):
-    offsets.append(len(table))
-    table += env
-    table += new_vars[out_starts[j]:out_starts[j + 1]]
+    own = var_array[out_starts[j]:out_starts[j + 1]]
+    parts += (_objects(env), own)
+    offsets.append(size)
+    size += len(env) + len(own)
   ins: list[Any] = []
   if len(refs):
     bad = refs >= np.repeat(first_out, n_ins)
@@ -285,19 +287,20 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
             f"the arrays table has {len(r.msg.arrays)} entries)")
       used_arrays = np.flatnonzero(np.bincount(arrays))
       position = np.zeros(int(used_arrays[-1]) + 1, np.int64)
-      position[used_arrays] = np.arange(len(table),
-                                        len(table) + len(used_arrays))
-      table += [r.literal(a) for a in used_arrays.tolist()]
+      position[used_arrays] = np.arange(size, size + len(used_arrays))
+      parts.append(_objects([r.literal(a) for a in used_arrays.tolist()]))
       index[literal] = position[arrays]
     # Gathering from an object array is several times faster than indexing
     # a list with Python ints (which `tolist` would first have to allocate).
-    ins = _objects(table)[index].tolist()
+    ins = np.concatenate(parts)[index].tolist()
 
   return Batch(
       starts.tolist(), out_starts.tolist(), kind_ids, first_out, ins,
       new_vars, _bounds(in_ends), _bounds(out_ends),
       r.source_info_array()[name_stacks].tolist(),
-      r.context_array()[contexts].tolist(),
+      # Most programs have one context: repeating it is cheaper.
+      (r.contexts * len(contexts) if len(r.contexts) == 1
+       else r.context_array()[contexts].tolist()),
       _kinds_used(jaxpr_of, kind_ids, len(columns), len(r.kind_keys)))
 
 

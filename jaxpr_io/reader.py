@@ -221,7 +221,7 @@ class Reader:
   def string_tuple(self, indices) -> tuple[str, ...]:
     """The strings of a repeated string-index field."""
     try:
-      return tuple(map(self.strings.__getitem__, indices))
+      return tuple(map(self.strings.__getitem__, indices[:]))
     except IndexError:
       raise FormatError(f"a string index of {list(indices)!r:.80} is out of "
                         f"range (the table has {len(self.strings)} entries)"
