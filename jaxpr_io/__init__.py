@@ -19,6 +19,7 @@ from jaxpr_io import library_codecs as _library_codecs  # noqa: F401
 from jaxpr_io import custom_vmap as _custom_vmap  # noqa: F401
 from jaxpr_io import thunky as _thunky  # noqa: F401
 from jaxpr_io import remat as _remat  # noqa: F401
+from jaxpr_io import jaxpr_thunks as _jaxpr_thunks  # noqa: F401
 from jaxpr_io import sharding as _sharding  # noqa: F401
 from jaxpr_io import sparse as _sparse  # noqa: F401
 from jaxpr_io.callbacks import register_callback

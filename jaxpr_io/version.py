@@ -110,6 +110,11 @@ Changelog (newest last):
       ("max" or "min") of unreduced axes that do not sum; writers MUST
       leave it out for sum (so older files keep their bytes), and a reader
       on a release without unreduced kinds refuses it (UnsupportedError).
+  * 2026-11-25, later additions to version 6 (no schema change; a version 6
+    reader from before them refuses such a file, naming the param it has no
+    codec for): the param codecs of `linear_call`'s `transpose_thunk` and
+    `remat_opt`'s `fun_jaxpr_thunk`, each a closed jaxpr (what the thunk
+    returns, its consts as the jaxpr's constants; jaxpr_io/jaxpr_thunks.py).
 """
 
 from __future__ import annotations

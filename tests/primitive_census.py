@@ -122,11 +122,6 @@ GAPS: dict[str, str] = {
                            "`propagate_user_sharding` and `decode_shardings` "
                            "are Python functions: codecs (registered names, "
                            "or jaxprs for `call`)",
-    "remat_opt": "(custom_vjp with optimize_remat=True) its "
-                 "`fun_jaxpr_thunk` is a thunk that traces the primal "
-                 "function: a codec storing that jaxpr",
-    "linear_call": "its `transpose_thunk` is a thunk that traces the "
-                   "transpose: a codec storing that jaxpr",
     "custom_lin": "(in linearized custom_vjp programs) its `bwd` is the "
                   "custom_vjp's backward rule as a WrappedFun: the codec of "
                   "custom_vjp_call's `bwd` (jaxpr_io/custom_rules.py) "

@@ -429,16 +429,73 @@ def _with_custom_partitioning(x):
   return f(x)
 
 
-def _with_remat_opt(x):
-  f = jax.custom_vjp(jnp.sin)
-  f.defvjp(lambda v: (jnp.sin(v), jnp.cos(v)), lambda r, g: (g * r,),
+W = jnp.array([0.5, -1.5, 2.0, 3.0, 0.25, 1.0, -2.0, 4.0], jnp.float32)
+
+
+def _remat_sin(v):
+  """A custom_vjp with optimize_remat=True whose functions close over an
+  array (the thunk's consts)."""
+  f = jax.custom_vjp(lambda u: jnp.sin(u) * W)
+  f.defvjp(lambda u: (jnp.sin(u) * W, jnp.cos(u)), lambda r, g: (g * r * W,),
            optimize_remat=True)
-  return jax.grad(lambda v: f(v).sum())(x)   # the forward pass holds it
+  return f(v)
+
+
+def _with_remat_opt(x):
+  # The forward pass of the gradient holds the remat_opt equation.
+  return jax.grad(lambda v: _remat_sin(v).sum())(x)
+
+
+def _scaled(r, t):
+  return t * r * W  # linear in t; closes over W
 
 
 def _with_linear_call(x):
-  double = lambda _, t: t * 2.0
-  return jax.custom_derivatives.linear_call(double, double, (), x)
+  return jax.custom_derivatives.linear_call(_scaled, _scaled, np.float32(1.5),
+                                            x)
+
+
+def test_linear_call_round_trips_with_its_transpose():
+  loaded = round_trips(_with_linear_call, "linear_call", F)
+  # Transposing binds the stored transpose (its jaxpr and its consts).
+  assert_bit_identical(jax.linear_transpose(loaded, F)(F),
+                       jax.linear_transpose(_with_linear_call, F)(F))
+  assert_same_outcome(jax.grad, lambda v: _with_linear_call(v).sum(),
+                      lambda v: loaded(v).sum(), F)
+  assert_same_outcome(jax.vmap, _with_linear_call, loaded, jnp.stack([F, F]))
+  assert_same_outcome(lambda f, x: jax.jvp(f, (x,), (x * 3.0,)),
+                      _with_linear_call, loaded, F)
+
+
+def test_remat_opt_round_trips_with_its_primal_function():
+  loaded = round_trips(_with_remat_opt, "remat_opt", F)
+  # Batching and differentiating remat_opt trace its fun_jaxpr_thunk.
+  assert_same_outcome(jax.vmap, _with_remat_opt, loaded, jnp.stack([F, F]))
+  assert_same_outcome(lambda f, x: jax.jvp(f, (x,), (x * 3.0,)),
+                      _with_remat_opt, loaded, F)
+  jaxpr = loaded.closed_jaxpr.jaxpr
+  (eqn,) = [e for j in validate.walk_jaxprs(jaxpr) for e in j.eqns
+            if e.primitive.name == "remat_opt"]
+  original = jaxpr_io.trace(_with_remat_opt, F).closed_jaxpr.jaxpr
+  (first,) = [e for j in validate.walk_jaxprs(original) for e in j.eqns
+              if e.primitive.name == "remat_opt"]
+  # The loaded thunk gives the jaxpr and consts JAX's own thunk gives.
+  (a, a_consts), (b, b_consts) = (e.params["fun_jaxpr_thunk"]()
+                                  for e in (eqn, first))
+  assert str(a) == str(b)
+  assert_bit_identical(list(a_consts), list(b_consts))
+
+
+def test_a_linear_call_whose_transpose_fails_to_trace_is_refused():
+  def bad_transpose(r, t):
+    raise ValueError("no transpose here")
+  f = lambda x: jax.custom_derivatives.linear_call(_scaled, bad_transpose,
+                                                   np.float32(1.5), x)
+  prog = jaxpr_io.trace(f, F)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"\(linear_call\), param 'transpose_thunk'.*"
+                           r"no transpose here"):
+    jaxpr_io.dumps(prog)
 
 
 def _with_custom_lin(x):
@@ -454,8 +511,6 @@ def _with_call_exported(x):
 
 @pytest.mark.parametrize("f,primitive,param", [
     (_with_custom_partitioning, "custom_partitioning", "partition"),
-    (_with_remat_opt, "remat_opt", "fun_jaxpr_thunk"),
-    (_with_linear_call, "linear_call", "transpose_thunk"),
     (_with_custom_lin, "custom_lin", "bwd"),
     (_with_call_exported, "call_exported", "exported"),
 ], ids=lambda v: v if isinstance(v, str) else "")
