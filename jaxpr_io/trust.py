@@ -36,7 +36,7 @@ import warnings
 from typing import Any, Callable
 
 from jaxpr_io import registry
-from jaxpr_io.errors import FormatError
+from jaxpr_io.errors import FormatError, UnsupportedError
 
 
 class DroppedParamWarning(UserWarning):
@@ -115,6 +115,34 @@ _DROPPED_WHY = {
     "compiler_params.profile_dir": "it names a directory for the Mosaic GPU "
                                    "profiler to write to.",
 }
+
+
+# `call_exported` (`jax.export.Exported.call`) embeds a serialized StableHLO
+# module, which may call any custom-call target of the loading process:
+# native code the file would choose. It is never stored (see
+# tests/primitive_census.py, NOT_STORABLE); both sides say so.
+_EXPORTED_REFUSED = (
+    "call_exported embeds a serialized StableHLO module, which may call any "
+    "native custom-call target, and a jaxpr_io file never chooses native "
+    "code; store the function that was exported instead (trace it, not its "
+    "Exported.call), or ship the Exported itself with jax.export's "
+    "serialize/deserialize between parties that trust each other")
+
+
+def _refuse_exported(value, params: dict):
+  del value, params
+  raise UnsupportedError(_EXPORTED_REFUSED)
+
+
+def _refuse_stored_exported(stored, params: dict):
+  del stored, params
+  raise FormatError(f"the file stores a call_exported equation: "
+                    f"{_EXPORTED_REFUSED}")
+
+
+registry.register_eqn_param_codec("call_exported", "exported",
+                                  encode=_refuse_exported,
+                                  decode=_refuse_stored_exported)
 
 
 def _screen_jit(name: str, params: dict, screen: Screen) -> dict:
@@ -407,6 +435,11 @@ POLICIES: tuple[Policy, ...] = (
            "nothing checks against each other; sizes validated (ints 1 to "
            "{max_rnn_size}, dropout in [0, 1))",
            "loaded, sizes validated"),
+    Policy("`call_exported` `exported` (`jax.export.Exported.call`)",
+           "never stored",
+           "a serialized StableHLO module may call any native custom-call "
+           "target: `dumps` refuses it, and a file that holds one is a "
+           "`FormatError`", "the same"),
     Policy("`pure_callback`, `io_callback`, `debug_callback` `callback`",
            "allowlisted",
            "resolved by name among the functions the loading process "

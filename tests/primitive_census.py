@@ -72,11 +72,21 @@ NOT_STORABLE = {
                      "0.11 also its discharge rule and TPU interpret mode) "
                      "builds and consumes at once, never in a traced "
                      "program; a stored emit_pipeline rebuilds it",
+    "call_exported": "(jax.export.Exported.call) embeds a serialized "
+                     "StableHLO module, which may call any custom-call "
+                     "target of the loading process (native code chosen by "
+                     "the file); dumps refuses it and says to store the "
+                     "exported function instead (jaxpr_io/trust.py)",
     "fusible": "(JAX 0.10) its `func` is the user's Python function, "
                "which the Pallas fuser calls with `Fusion` objects (Python "
                "closures), not arrays: no jaxpr can stand in for it and a "
                "file holds no code",
 }
+
+# Listed primitives that are in jaxpr_io's table, so that `dumps` can
+# refuse them with a message of their own: name -> the param whose codec
+# refuses it (jaxpr_io/trust.py).
+REFUSED_BY_PARAM = {"call_exported": "exported"}
 
 # name -> what storing it still needs: primitives that jaxpr_io's table
 # knows (or that a traced program holds) whose params or abstract values it
@@ -114,9 +124,6 @@ GAPS: dict[str, str] = {
 
     # lax, linalg, random, custom rules, calls, export (dumps refuses them
     # with UnsupportedError naming the param)
-    "call_exported": "its `exported` param is a jax.export.Exported (a "
-                     "serialized StableHLO module): a codec, and a trust "
-                     "decision on StableHLO from untrusted files",
     "custom_partitioning": "its `call`, `partition`, "
                            "`infer_sharding_from_operands`, "
                            "`propagate_user_sharding` and `decode_shardings` "

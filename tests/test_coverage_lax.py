@@ -22,6 +22,7 @@ from jax.extend.random import threefry_2x32
 
 import jaxpr_io
 from jaxpr_io import callbacks, compat, converters, validate
+from tests import proto_edit
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
 
@@ -512,7 +513,6 @@ def _with_call_exported(x):
 @pytest.mark.parametrize("f,primitive,param", [
     (_with_custom_partitioning, "custom_partitioning", "partition"),
     (_with_custom_lin, "custom_lin", "bwd"),
-    (_with_call_exported, "call_exported", "exported"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_param_gaps_are_refused_naming_the_param(f, primitive, param):
   from tests import primitive_census  # pylint: disable=g-import-not-at-top
@@ -522,6 +522,28 @@ def test_param_gaps_are_refused_naming_the_param(f, primitive, param):
   with pytest.raises(jaxpr_io.UnsupportedError,
                      match=rf"\({primitive}\), param '{param}'"):
     jaxpr_io.dumps(prog)
+
+
+def test_call_exported_is_refused_both_ways():
+  """A serialized StableHLO module could call any native target: dumps
+  refuses it, saying what to do, and a file that holds one (crafted: the
+  writer never makes one) is a FormatError."""
+  from tests import primitive_census  # pylint: disable=g-import-not-at-top
+  assert "call_exported" in primitive_census.NOT_STORABLE
+  prog = jaxpr_io.trace(_with_call_exported, F)
+  assert "call_exported" in _primitives(prog)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"\(call_exported\), param 'exported'.*native "
+                           r"custom-call target.*store the function"):
+    jaxpr_io.dumps(prog)
+  # A crafted file: a linear_call equation renamed, its coded param too.
+  data = jaxpr_io.dumps(jaxpr_io.trace(_with_linear_call, F))
+  data = proto_edit.rename_string(data, "linear_call", "call_exported")
+  data = proto_edit.rename_string(data, "transpose_thunk", "exported")
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"param 'exported': the file stores a "
+                           r"call_exported equation"):
+    jaxpr_io.loads(data)
 
 
 def test_a_bad_primal_tangent_dtype_record_is_a_format_error():
