@@ -211,19 +211,17 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
   kind_n_in, kind_n_out = r.kind_arity()
   n_ins, n_outs = kind_n_in[kind_ids], kind_n_out[kind_ids]
   in_ends, out_ends = np.cumsum(n_ins), np.cumsum(n_outs)  # per equation
-  out_starts = None
-  for field, ends in (("invars", in_ends), ("outvars", out_ends)):
-    ends0 = np.concatenate(([0], ends))
-    taken = ends0[starts]  # per jaxpr, where its part begins; then the end
-    if field == "outvars":
-      out_starts = taken
+  # Per jaxpr, where its part of the inputs (outputs) begins; then the end.
+  in_starts = np.concatenate(([0], in_ends))[starts]
+  out_starts = np.concatenate(([0], out_ends))[starts]
+  for field, part_starts in (("invars", in_starts), ("outvars", out_starts)):
     lengths = np.array([len(getattr(c, field)) for c in columns], np.int64)
-    wrong = lengths != np.diff(taken)
+    wrong = lengths != np.diff(part_starts)
     if wrong.any():
       j = _first(wrong)
       raise FormatError(f"jaxpr {j}: equations column {field!r} has "
                         f"{lengths[j]} entries; the equations' kinds take "
-                        f"{int(taken[j + 1] - taken[j])}")
+                        f"{int(part_starts[j + 1] - part_starts[j])}")
   if len(outvars) and int(outvars.max()) >= len(r.avals):
     p = _first(outvars >= len(r.avals))
     j = int(np.searchsorted(out_starts, p, side="right")) - 1
@@ -264,7 +262,6 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
       raise FormatError(f"{named(e)}: variable {refs[_first(bad)]} is used "
                         f"before it is bound (only {first_out[e]} are bound "
                         "here)")
-    in_starts = np.concatenate(([0], in_ends))[starts]
     for j, cols in enumerate(columns):
       if len(cols.dropped):
         own = refs[in_starts[j]:in_starts[j + 1]]
