@@ -405,7 +405,9 @@ LOADS_STAGES = (
                                 ("decode_contexts", jaxpr_io.reader.Reader,
                                  "decode_contexts"))),
     ("jaxprs (equations)", (("build_jaxprs", jaxpr_io.reader.Reader, "build_jaxprs"),)),
-    ("trees (signature)", (("decode_treedef", jaxpr_io.pytrees, "decode_treedef"),)),
+    ("trees (signature)", (("decode_call_signature", jaxpr_io.pytrees,
+                            "decode_call_signature"),
+                           ("decode_treedef", jaxpr_io.pytrees, "decode_treedef"))),
 )
 
 

@@ -389,7 +389,35 @@ def decode_treedef(r, msg):
   GENERIC nodes are re-bound to their types or become plain containers, as
   the module docstring says; nothing is imported.
   """
+  fast = _plain_fast(r, msg)
+  if fast is not None:
+    return fast[0]
+  return _treedef_of(_read(r, msg, 0, r.tree_memo))
+
+
+def decode_call_signature(r, msg):
+  """(`decode_treedef` of `msg`, whether it `is_call_signature`).
+
+  Reads the answer off the nodes where they are plainly an (args tuple,
+  kwargs dict with string keys) pair: asking the treedef copies the whole
+  args subtree, which for a model's params costs more than reading it."""
+  fast = _plain_fast(r, msg)
+  if fast is not None:
+    treedef, skeleton = fast  # `_plain_fast` keeps only string dict keys
+    return treedef, (type(skeleton) is tuple and len(skeleton) == 2
+                     and type(skeleton[0]) is tuple
+                     and type(skeleton[1]) is dict)
   node = _read(r, msg, 0, r.tree_memo)
+  treedef = _treedef_of(node)
+  if (node.kind == "tuple" and len(node.children) == 2
+      and node.children[0].kind == "tuple"
+      and node.children[1].kind == "dict"
+      and all(type(k) is str for k in node.children[1].keys)):
+    return treedef, True
+  return treedef, is_call_signature(treedef)
+
+
+def _treedef_of(node: Node):
   skeleton = _plain_skeleton(node, {})
   if skeleton is not _NOT_PLAIN:
     try:
@@ -407,6 +435,80 @@ def decode_treedef(r, msg):
 _KINDS = {number: name.lower() for name, number in _K.items()}
 _NOT_PLAIN = object()
 _SKELETON_LEAF = object()
+
+
+class _NotFast(Exception):
+  """`_plain_fast` met something it leaves to the validating reader."""
+
+
+def _plain_fast(r, msg):
+  """(treedef, skeleton (`_plain_skeleton`)) of a version 3+ `PyTree`
+  message whose nodes are all leaves, Nones, tuples, lists and dicts with
+  distinct string keys, read straight from the messages; None for any other
+  tree, valid or not, which `_read` then reads and validates.
+
+  A model's signature is such a tree, and building and checking a `Node` of
+  each node, then the skeleton, took a few times as long. It accepts only
+  what `_read` accepts (it is stricter: a node setting any field its kind
+  does not use goes to `_read`), and gives the same treedef."""
+  if r.msg.format_version < 3:
+    return None
+  try:
+    skeleton, _ = _fast_node(r, msg, 0, r.tree_memo.table, {}, None)
+  except _NotFast:
+    return None
+  return jax.tree_util.tree_structure(skeleton), skeleton
+
+
+_FAST_KINDS = {_K[name.upper()]: name for name in ("leaf", "none", "tuple", "list", "dict")}
+
+
+def _fast_node(r, msg, depth: int, table, done: dict, limit: int | None):
+  """(skeleton, height) of one node for `_plain_fast`; raises `_NotFast`.
+  `done` holds the table entries read so far; entry `limit` refers only to
+  entries before it, as in `_read`."""
+  if depth > MAX_DEPTH:
+    raise _NotFast
+  shared = msg.shared
+  if shared:
+    i = shared - 1
+    if (i >= (len(table) if limit is None else limit)
+        or len(msg.ListFields()) != 1):
+      raise _NotFast
+    got = done.get(i)
+    if got is None:
+      got = done[i] = _fast_node(r, table[i], depth, table, done, i)
+    if depth + got[1] > MAX_DEPTH:
+      raise _NotFast
+    return got
+  kind = _FAST_KINDS.get(msg.kind)
+  children_msgs = msg.children[:]
+  keys_msgs = msg.keys[:] if kind == "dict" else ()
+  if kind is None or len(msg.ListFields()) != (
+      1 + bool(children_msgs) + bool(keys_msgs)):
+    raise _NotFast
+  if kind == "leaf" or kind == "none":
+    if children_msgs:
+      raise _NotFast
+    return (_SKELETON_LEAF if kind == "leaf" else None), 0
+  results = [_fast_node(r, c, depth + 1, table, done, limit)
+             for c in children_msgs]
+  children = [c for c, _ in results]
+  height = 1 + max([h for _, h in results]) if results else 0
+  if kind == "tuple":
+    return tuple(children), height
+  if kind == "list":
+    return children, height
+  strings = r.strings
+  keys = []
+  for k in keys_msgs:
+    if k.WhichOneof("kind") != "str" or k.str >= len(strings):
+      raise _NotFast
+    keys.append(strings[k.str])
+  node = dict(zip(keys, children))
+  if len(keys) != len(children) or len(node) != len(children):
+    raise _NotFast
+  return node, height
 
 
 def _plain_skeleton(node: Node, memo: dict[int, Any]):

@@ -892,13 +892,13 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
     reader.decode_contexts()
     reader.build_jaxprs()
     closed = reader.closed_jaxpr(msg.root)
-    in_tree = pytrees.decode_treedef(reader, msg.in_tree)
+    in_tree, is_call = pytrees.decode_call_signature(reader, msg.in_tree)
     out_tree = pytrees.decode_treedef(reader, msg.out_tree)
   except RecursionError:
     raise FormatError(f"{source}: the program nests too deeply") from None
   except validate.DECODE_ERRORS as e:
     raise FormatError(f"{source}: {validate.describe_error(e)}") from None
-  if not pytrees.is_call_signature(in_tree):
+  if not is_call:
     raise FormatError(f"{source}: the input signature {in_tree} is not the "
                       "structure of (args tuple, kwargs dict with string "
                       "keys); the program could not be called")

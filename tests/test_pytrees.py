@@ -473,3 +473,120 @@ def test_same_type_with_other_static_data_is_refused():
     loaded(Scaled(s.y, s.x, 4, "half"))
   # Plain containers carry no static data: they are taken by key path.
   assert_bit_identical(loaded({"x": s.x, "y": s.y}), c.fn(s))
+
+
+# ------------------------------------- the fast reader of plain signatures
+def _both_readers(data: bytes, msg):
+  """(fast treedef or None, validating reader's treedef or its FormatError)
+  of `msg.in_tree`, `msg` being an edited `Program` message of `data`."""
+  from jaxpr_io import reader as reader_lib  # pylint: disable=import-outside-toplevel
+  c = container.Container(data)
+  fast = pytrees._plain_fast(  # pylint: disable=protected-access
+      reader_lib.Reader(msg, c, verify_blobs=False), msg.in_tree)
+  r = reader_lib.Reader(msg, c, verify_blobs=False)
+  try:
+    slow = pytrees._treedef_of(  # pylint: disable=protected-access
+        pytrees._read(r, msg.in_tree, 0, r.tree_memo))  # pylint: disable=protected-access
+  except jaxpr_io.FormatError as e:
+    slow = e
+  return (None if fast is None else fast[0]), slow
+
+
+def _plain_signature_file(args) -> tuple[bytes, Any]:
+  prog = jaxpr_io.trace(lambda *a: sum(jax.tree_util.tree_leaves(a)), *args)
+  data = jaxpr_io.dumps(prog)
+  return data, prog.in_tree
+
+
+_X = np.float32(1)
+_PLAIN_SIGNATURES = {
+    "layers": ({f"layers_{i}": {"w": _X, "b": _X} for i in range(12)}, _X),
+    "mixed": ([_X, None, (_X,)], {"a": [_X, _X], "b": (None, _X)}),
+    "empty": ((), {}, [], {"e": {}, "f": ((),)}, _X),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PLAIN_SIGNATURES))
+def test_fast_signature_reader_agrees_with_the_validating_reader(name):
+  data, in_tree = _plain_signature_file(_PLAIN_SIGNATURES[name])
+  fast, slow = _both_readers(data, proto_edit.message(data))
+  assert fast is not None  # the fast path took it
+  assert fast == slow == in_tree
+
+
+def _tuple_of(msg, depth: int):
+  """`msg.in_tree` wrapped in `depth` one-child tuples."""
+  for _ in range(depth):
+    inner = pb.PyTree()
+    inner.CopyFrom(msg.in_tree)
+    msg.in_tree.Clear()
+    msg.in_tree.kind = pb.PyTreeKind["TUPLE"]
+    msg.in_tree.children.add().CopyFrom(inner)
+
+
+def _reused_deep(msg, depth: int):
+  """`msg.in_tree` (a shared node) read first at depth 1, then again inside
+  `depth` one-child tuples: only the depth of its reuse is too deep."""
+  ref = pb.PyTree()
+  ref.CopyFrom(msg.in_tree)
+  _tuple_of(msg, depth)
+  inner = pb.PyTree()
+  inner.CopyFrom(msg.in_tree)
+  msg.in_tree.Clear()
+  msg.in_tree.kind = pb.PyTreeKind["TUPLE"]
+  msg.in_tree.children.add().CopyFrom(ref)
+  msg.in_tree.children.add().CopyFrom(inner)
+
+
+def _first_dict(tree):
+  if tree.kind == pb.PyTreeKind["DICT"] and len(tree.keys) >= 2:
+    return tree
+  for child in tree.children:
+    found = _first_dict(child)
+    if found is not None:
+      return found
+  return None
+
+
+def _inlined(msg, edit):
+  proto_edit.inline_trees(msg)
+  edit()
+
+
+def _set_second_key(msg, index_of):
+  proto_edit.inline_trees(msg)
+  node = _first_dict(msg.in_tree)
+  node.keys[1].str = index_of(msg, node)
+
+
+@pytest.mark.parametrize("edit, slow_accepts", [
+    # What the fast path leaves to the validating reader, valid or not.
+    (lambda m: _set_second_key(m, lambda msg, node: node.keys[0].str), False),
+    (lambda m: _set_second_key(m, lambda msg, node: len(msg.strings) + 5),
+     False),
+    (lambda m: setattr(m.in_tree, "shared", len(m.tree_nodes) + 1), False),
+    (lambda m: setattr(m.tree_nodes[0], "shared", 1), False),
+    (lambda m: _inlined(m, lambda: setattr(m.in_tree, "type_qualname", 1)),
+     False),
+    (lambda m: _inlined(m, lambda: setattr(m.in_tree, "custom_name", "x")),
+     True),
+    (lambda m: _tuple_of(m, pytrees.MAX_DEPTH), False),
+    (lambda m: _tuple_of(m, pytrees.MAX_DEPTH - 4), True),
+    (lambda m: _reused_deep(m, pytrees.MAX_DEPTH - 2), False),
+    (lambda m: _reused_deep(m, pytrees.MAX_DEPTH - 5), True),
+    (lambda m: _inlined(m, lambda: m.in_tree.children[0].children.add(
+        kind=pb.PyTreeKind["LEAF"], children=[pb.PyTree()])), False),
+])
+def test_fast_signature_reader_leaves_the_rest_to_the_validating_reader(
+    edit, slow_accepts):
+  data, _ = _plain_signature_file(_PLAIN_SIGNATURES["layers"])
+  msg = proto_edit.message(data)
+  edit(msg)
+  fast, slow = _both_readers(data, msg)
+  assert isinstance(slow, jaxpr_io.FormatError) != slow_accepts, slow
+  if fast is not None:
+    assert fast == slow
+  else:
+    assert not slow_accepts or isinstance(slow, jax.tree_util.PyTreeDef)
+  if not slow_accepts:
+    assert fast is None
