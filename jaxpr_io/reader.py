@@ -49,6 +49,9 @@ _MEMORY_SPACES = {
     pb.MemorySpace["MEMORY_SPACE_HOST"]: compat.MemorySpace.Host,
     pb.MemorySpace["MEMORY_SPACE_ANY"]: compat.MemorySpace.Any,
 }
+_SIZES_FIELD, _DTYPE_FIELD, _WEAK_TYPE_FIELD, _MEMORY_SPACE_FIELD = (
+    pb.ShapedArray.DESCRIPTOR.fields_by_name[name].number
+    for name in ("sizes", "dtype", "weak_type", "memory_space"))
 _NAME_ENTRY_TYPES = {pb.NameStackKind["SCOPE"]: compat.NameScope,
                      pb.NameStackKind["TRANSFORM"]: compat.NameTransform}
 _MAX_RANK = 64
@@ -101,6 +104,13 @@ def parse_program(data: bytes, source: str):
     raise FormatError(f"{source}: the program message does not parse: "
                       f"{e}") from None
   return message
+
+
+def _shaped_array(shape: tuple, dtype, weak_type: bool, kwargs: dict):
+  try:
+    return compat.ShapedArray(shape, dtype, weak_type, **kwargs)
+  except (TypeError, ValueError, AssertionError) as e:
+    raise FormatError(f"aval cannot be rebuilt: {e}") from None
 
 
 class Reader:
@@ -189,7 +199,9 @@ class Reader:
     self.charge((len(m.strings) + len(m.param_sets) + len(m.name_stacks)
                  + len(m.name_stack_table.parents) // 4
                  + len(m.eqn_contexts)) * _TABLE_ENTRY_COST
-                + sum(map(len, self.strings))
+                # The strings' characters: no more than the program's
+                # bytes (summing their lengths costs more than this check).
+                + len(self.container.program)
                 + (len(m.avals) + len(m.arrays)) * _AVAL_COST,
                 "the program's tables")
     self.charge((len(m.equation_kinds) + len(m.tree_nodes))
@@ -256,6 +268,9 @@ class Reader:
     if kind != "shaped_array":
       raise FormatError(f"aval of unknown kind {kind!r}")
     sa = m.shaped_array
+    plain = self._plain_shaped_array(sa)
+    if plain is not None:
+      return plain
     shape = sa.sizes[:]  # one copy: each access to the field is slow
     if shape:
       # Version 5: every dimension known, one packed field.
@@ -292,10 +307,42 @@ class Reader:
     if sa.HasField("manual_axis_type"):
       kwargs["manual_axis_type"] = params.decode_value(self,
                                                        sa.manual_axis_type)
-    try:
-      return compat.ShapedArray(tuple(shape), dtype, sa.weak_type, **kwargs)
-    except (TypeError, ValueError, AssertionError) as e:
-      raise FormatError(f"aval cannot be rebuilt: {e}") from None
+    return _shaped_array(tuple(shape), dtype, sa.weak_type, kwargs)
+
+  def _plain_shaped_array(self, sa):
+    """The `ShapedArray` of `sa` when it sets only known `sizes` (version
+    5+), a dtype of the table, `weak_type` and `memory_space`, all valid;
+    None for anything else, which `_decode_aval` then reads and checks
+    field by field. Asking a message for each field in turn costs more than
+    the array itself; this reads the fields that are set in one call."""
+    shape, ref, weak_type, memory_space = (), None, False, 0
+    for field, value in sa.ListFields():
+      number = field.number
+      if number == _SIZES_FIELD:
+        shape = value[:]
+      elif number == _DTYPE_FIELD:
+        ref = value
+      elif number == _WEAK_TYPE_FIELD:
+        weak_type = value
+      elif number == _MEMORY_SPACE_FIELD:
+        memory_space = value
+      else:
+        return None
+    if ref is None or self.format_version < 5 or len(shape) > _MAX_RANK:
+      return None
+    dtype = dtypes.ENUM_TO_DTYPE.get(ref.dtype)
+    memory = _MEMORY_SPACES.get(memory_space)
+    if dtype is None or memory is None or ref.HasField("extended"):
+      return None
+    size = max(dtype.itemsize, 1)
+    for d in shape:
+      if not 0 <= d <= _MAX_DIM:
+        return None
+      size *= d
+    if size > _MAX_DIM:
+      return None
+    return _shaped_array(tuple(shape), dtype, weak_type,
+                         {"memory_space": memory})
 
   def _kernel_memory_space(self, sa):
     """An array's memory space that is not one of JAX's own (version 6)."""
