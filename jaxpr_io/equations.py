@@ -158,6 +158,10 @@ class Batch(NamedTuple):
   source_infos: list       # per equation
   contexts: list           # per equation
   used: list[list[tuple[int, int]]]  # per jaxpr: (kind, its equations)
+  # Per kind, its primitive and params once resolved (`build`), for
+  # gathering per equation.
+  kind_primitives: np.ndarray
+  kind_params: np.ndarray
 
 
 def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
@@ -298,7 +302,9 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
       # Most programs have one context: repeating it is cheaper.
       (r.contexts * len(contexts) if len(r.contexts) == 1
        else r.context_array()[contexts].tolist()),
-      _kinds_used(jaxpr_of, kind_ids, len(columns), len(r.kind_keys)))
+      _kinds_used(jaxpr_of, kind_ids, len(columns), len(r.kind_keys)),
+      np.full(len(r.kind_keys), None, object),
+      np.full(len(r.kind_keys), None, object))
 
 
 def _kinds_used(jaxpr_of, kind_ids, n_jaxprs: int, n_kinds: int):
@@ -344,10 +350,18 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
   in_bounds = batch.in_bounds[start:stop + 1]
   out_bounds = batch.out_bounds[start:stop + 1]
   new_eqn, no_effects = compat.JaxprEqn, compat.no_effects
-  eqns = [new_eqn(ins[a:b], new_vars[c:d], kind[0], kind[1], no_effects,
+  # Primitives and params gathered apart: cheaper than two subscripts of a
+  # Kind per equation.
+  kind_primitives, kind_params = batch.kind_primitives, batch.kind_params
+  for k, _ in used:
+    if kind_primitives[k] is None:
+      kind_primitives[k], kind_params[k] = kinds[k].primitive, kinds[k].params
+  primitives = kind_primitives[kind_ids].tolist()
+  param_dicts = kind_params[kind_ids].tolist()
+  eqns = [new_eqn(ins[a:b], new_vars[c:d], primitive, params, no_effects,
                   source_info, ctx)
-          for kind, a, b, c, d, source_info, ctx in zip(
-              _objects(kinds)[kind_ids].tolist(),
+          for primitive, params, a, b, c, d, source_info, ctx in zip(
+              primitives, param_dicts,
               in_bounds, in_bounds[1:], out_bounds, out_bounds[1:],
               batch.source_infos[start:stop], batch.contexts[start:stop])]
   try:
