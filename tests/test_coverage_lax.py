@@ -555,3 +555,66 @@ def test_a_bad_primal_tangent_dtype_record_is_a_format_error():
       records.decode_primal_tangent_dtype(fields)
   assert records.decode_primal_tangent_dtype((f32, f32, "pt")) == \
       jax.experimental.primal_tangent_dtype(f32, f32, "pt")
+
+
+def _retyped_thunk(data: bytes, primitive: str, param: str, retype) -> bytes:
+  """`data` with the closed jaxpr stored for `primitive`'s `param` made to
+  take or return other types by `retype(jaxpr message, program message)`
+  (a crafted file: the writer refuses such a thunk)."""
+  msg = proto_edit.message(data)
+  names = list(msg.strings)
+  (param_set,) = {k.param_set for k in msg.equation_kinds
+                  if names[k.primitive] == primitive}
+  (p,) = [p for p in msg.param_sets[param_set].params
+          if names[p.name] == param]
+  closed = msg.closed_jaxprs[p.value.param_codec.closed_jaxpr]
+  retype(msg.jaxprs[closed.jaxpr], msg)
+  return proto_edit.reframe(msg, data)
+
+
+def _drop_last_output(jaxpr_msg, msg):
+  del msg
+  del jaxpr_msg.outvars[-1]
+  if jaxpr_msg.debug_info.has_result_paths:
+    del jaxpr_msg.debug_info.result_paths[-1]
+
+
+def _add_an_input(jaxpr_msg, msg):
+  del msg
+  jaxpr_msg.invars.append(0)  # any aval: the count is already wrong
+  if jaxpr_msg.debug_info.has_arg_names:
+    jaxpr_msg.debug_info.arg_names.append(0)
+
+
+@pytest.mark.parametrize("f,primitive,param", [
+    (_with_linear_call, "linear_call", "transpose_thunk"),
+    (_with_remat_opt, "remat_opt", "fun_jaxpr_thunk"),
+], ids=["linear_call", "remat_opt"])
+@pytest.mark.parametrize("retype,side", [
+    (_drop_last_output, "returns"), (_add_an_input, "takes")],
+    ids=["fewer outputs", "more inputs"])
+def test_a_stored_thunk_of_the_wrong_types_is_a_format_error(
+    f, primitive, param, retype, side):
+  """JAX binds the thunk's jaxpr without checking it: a crafted file whose
+  transpose or primal function has other types than its equation needs
+  would load and fail only when transformed, far from the cause."""
+  data = jaxpr_io.dumps(jaxpr_io.trace(f, F))
+  jaxpr_io.loads(data)  # the unedited file loads
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=rf"\({primitive}\):.* param '{param}': "
+                           rf"{primitive}'s {param} {side} \(.*\) where "
+                           "the equation needs"):
+    jaxpr_io.loads(_retyped_thunk(data, primitive, param, retype))
+
+
+def test_a_linear_call_whose_transpose_has_other_types_is_refused():
+  def wrong_transpose(r, t):
+    return (t * r * W)[:4]  # the operand has 8 elements
+  f = lambda x: jax.custom_derivatives.linear_call(_scaled, wrong_transpose,
+                                                   np.float32(1.5), x)
+  prog = jaxpr_io.trace(f, F)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"\(linear_call\), param 'transpose_thunk'.*"
+                           r"returns \(float32\[4\]\) where the equation "
+                           r"needs \(float32\[8\]\)"):
+    jaxpr_io.dumps(prog)

@@ -282,6 +282,10 @@ def is_closed_jaxpr(x) -> bool:
   return type(x) is ClosedJaxpr
 
 
+# Whether two types are the same, weak types aside (all releases).
+typematch = core.typematch
+
+
 def is_jaxpr(x) -> bool:
   """An open or a closed jaxpr."""
   return type(x) in JAXPR_TYPES
