@@ -49,6 +49,11 @@ _MEMORY_SPACES = {
     pb.MemorySpace["MEMORY_SPACE_HOST"]: compat.MemorySpace.Host,
     pb.MemorySpace["MEMORY_SPACE_ANY"]: compat.MemorySpace.Any,
 }
+_LIN_VAL_MEMORY_SPACES = {
+    pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_UNSPECIFIED"]: None,
+    pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_HBM"]: "hbm",
+    pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_VMEM"]: "vmem",
+}
 _NAME_ENTRY_TYPES = {pb.NameStackKind["SCOPE"]: compat.NameScope,
                      pb.NameStackKind["TRANSFORM"]: compat.NameTransform}
 _MAX_RANK = 64
@@ -253,6 +258,10 @@ class Reader:
       return compat.abstract_token
     if kind == "ref":
       return self._decode_ref(m.ref)
+    if kind == "future":
+      return self._decode_future(m.future)
+    if kind == "lin_val":
+      return self._decode_lin_val(m.lin_val)
     if kind != "shaped_array":
       raise FormatError(f"aval of unknown kind {kind!r}")
     sa = m.shaped_array
@@ -351,6 +360,45 @@ class Reader:
       return pallas.build_ref(inner, memory_space, kind)
     except (TypeError, ValueError) as e:
       raise FormatError(f"ref aval cannot be rebuilt: {e}") from None
+
+  def _earlier_array_aval(self, i: int, what: str):
+    """The aval a version 7 aval kind refers to: an earlier ShapedArray."""
+    if self.msg.format_version < 7:
+      raise FormatError(f"{what} aval in a file before version 7")
+    # Avals refer only to earlier ones: `self.avals` holds exactly those.
+    if i >= len(self.avals):
+      raise FormatError(f"{what}'s inner aval {i} does not come before it")
+    inner = self.avals[i]
+    if type(inner) is not compat.ShapedArray:
+      raise FormatError(f"{what}'s inner aval is a {type(inner).__name__}, "
+                        "not an array type")
+    return inner
+
+  def _decode_future(self, m):
+    """`core.AbstractFuture` (version 7)."""
+    inner = self._earlier_array_aval(m.inner_aval, "a future")
+    done = None
+    if m.done:
+      name = self.string(m.done - 1)
+      done = compat.FUTURE_DONES.get(name)
+      if done is None:
+        raise FormatError(
+            f"a future's done primitive {name!r:.80} is not one this JAX "
+            f"has (it has {', '.join(compat.FUTURE_DONES)})")
+    return compat.ADAPTER.new_future(inner, done)
+
+  def _decode_lin_val(self, m):
+    """`state.AbstractLinVal` (version 7)."""
+    inner = self._earlier_array_aval(m.inner_aval, "a pinned linear value")
+    if m.memory_space not in _LIN_VAL_MEMORY_SPACES:
+      raise FormatError(f"unknown memory space {m.memory_space} of a "
+                        "pinned linear value")
+    if compat.AbstractLinVal is None:
+      raise FormatError(
+          f"the file holds a pinned linear value (state.AbstractLinVal), "
+          f"which JAX {compat.JAX_VERSION} does not have; load it with a "
+          "JAX release that has jax._src.state.types.AbstractLinVal")
+    return compat.AbstractLinVal(inner, _LIN_VAL_MEMORY_SPACES[m.memory_space])
 
   def dim(self, text: str):
     """The symbolic dimension `text`, in the program's one scope."""
