@@ -301,6 +301,8 @@ class Reader:
     if sa.HasField("manual_axis_type"):
       kwargs["manual_axis_type"] = params.decode_value(self,
                                                        sa.manual_axis_type)
+    if sa.HasField("layout"):
+      kwargs["layout"] = self._layout(sa, len(shape))
     try:
       return compat.ShapedArray(tuple(shape), dtype, sa.weak_type, **kwargs)
     except (TypeError, ValueError, AssertionError) as e:
@@ -319,6 +321,27 @@ class Reader:
       raise FormatError(f"an array's kernel memory space {value!r:.80} is "
                         "not a member of a registered enum")
     return value
+
+  def _layout(self, sa, ndim: int):
+    """An array's layout (JAX 0.12's `ShapedArray.layout`; version 7)."""
+    if self.format_version < 7:
+      raise FormatError("an aval has `layout`, which a file before version 7 "
+                        "MUST NOT have")
+    layout = params.decode_value(self, sa.layout)
+    if type(layout) is not compat.Layout:
+      raise FormatError(f"an array's layout {layout!r:.80} is not a "
+                        "jax.experimental.layout.Layout record")
+    if len(layout.major_to_minor) != ndim:
+      raise FormatError(f"an array of rank {ndim} has the layout {layout} "
+                        f"of rank {len(layout.major_to_minor)}")
+    if not compat.ARRAYS_HAVE_LAYOUT:
+      # Loading without it would be a different program: JAX compares and
+      # lowers arrays with their layout.
+      raise FormatError(
+          f"an array has the layout {layout} (set by JAX 0.12's relayout), "
+          f"which arrays of JAX {compat.JAX_VERSION} cannot carry; load the "
+          "file with JAX 0.12 or later")
+    return layout
 
   def _dims_of(self, dims) -> list:
     """The dimensions of repeated `Dim` messages."""

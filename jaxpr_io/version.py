@@ -123,7 +123,10 @@ Changelog (newest last):
     primitive that resolves it. `Aval.lin_val` (`state.AbstractLinVal`,
     the pinned linear buffers of `pin`, `unpin` and `create_linear`): its
     value type and memory space. Those primitives join the vocabulary.
-    Readers of version 7 read versions 1 to 6.
+    `ShapedArray.layout` holds JAX 0.12's array layout (a
+    `jax.experimental.layout.Layout` record), which `relayout` gives its
+    output; readers on JAX releases whose arrays carry no layout refuse
+    such files. Readers of version 7 read versions 1 to 6.
 """
 
 from __future__ import annotations
@@ -143,5 +146,5 @@ SCHEMA_FINGERPRINTS = {
     4: "2e5d2d81683ce64e02a2646868570b78d1291decf2cc4fc00c48fc6a2dae2ee1",
     5: "81cc109773a083b139f9d68dc720784b724db2732c2fb8ed6ebf5871d02eb7b6",
     6: "c52b2ef5be61a42996fd493238a7a59f5eb3341cbd7062481f166a467a75e435",
-    7: "15e7f5e860b732caf920eb3dfbf6bf70517224e787549cec6cae5c98d86f6e53",
+    7: "1675cec0211fbe4e0d0ad4c9e8fb0c0f77ae4a11ca84930f9b7c3486fa3b3d75",
 }

@@ -341,13 +341,13 @@ class Writer:
           "an enum registered with jaxpr_io.register_enum")
     layout = compat.aval_layout(aval)
     if layout is not None:
-      # Dropping it would load a different program (JAX's layout-mode
-      # tracing reads it), which prints alike: refuse instead.
-      raise UnsupportedError(
-          f"a value of type {aval.str_short()} with layout {layout} (set by "
-          "relayout or explicit_layout) cannot be stored: the format's Aval "
-          "holds no layout; trace without explicit layouts, or pass them to "
-          "jax.jit / jax.export when compiling the loaded program")
+      # Format version 7: JAX 0.12's `ShapedArray.layout` (set by relayout).
+      if type(layout) is not compat.Layout:
+        raise UnsupportedError(
+            f"a value of type {aval.str_short()} with layout {layout!r:.80} "
+            f"of type {type(layout).__name__} cannot be stored (a "
+            "jax.experimental.layout.Layout can)")
+      params.encode_value(self, layout, sa.layout)
 
   def _inner_aval(self, aval, what: str) -> int:
     """Aval index of a future's or linear value's array type."""

@@ -118,9 +118,6 @@ GAPS: dict[str, str] = {
                   "custom_vjp's backward rule as a WrappedFun: the codec of "
                   "custom_vjp_call's `bwd` (jaxpr_io/custom_rules.py) "
                   "extended to it",
-    "relayout": "(JAX 0.12) dumps refuses it: its output's aval carries the "
-                "layout (ShapedArray.layout), which the schema's Aval does "
-                "not hold; needs a schema field",
 }
 
 

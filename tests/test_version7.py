@@ -357,3 +357,85 @@ def test_a_future_with_a_done_function_of_its_own_is_refused(auto_mesh):
             e.outvars[0].aval.inner_aval, lambda x: x)
   with pytest.raises(jaxpr_io.UnsupportedError, match="done primitives"):
     jaxpr_io.dumps(prog)
+
+
+# ------------------------------------------- array layouts (JAX 0.12)
+def _relayout(x):
+  from jax._src import pjit  # pylint: disable=g-import-not-at-top
+  from jax.experimental import layout  # pylint: disable=g-import-not-at-top
+  # (JAX 0.12 cannot yet add to a value with a layout: relayout comes last.)
+  return pjit.relayout(x * 2.0, layout.Layout((1, 0), tiling=((2, 2),)))
+
+
+def _layout_avals(msg):
+  return [a.shaped_array for a in msg.avals
+          if a.WhichOneof("kind") == "shaped_array"
+          and a.shaped_array.HasField("layout")]
+
+
+@pytest.mark.skipif(not compat.ARRAYS_HAVE_LAYOUT,
+                    reason="JAX 0.12's relayout and ShapedArray.layout")
+def test_a_value_with_a_layout_round_trips_and_computes_alike():
+  f = jax.jit(_relayout)
+  prog = jaxpr_io.trace(f, X)
+  assert "relayout" in _primitives(prog)
+  loaded = assert_roundtrip(prog)
+  (eqn,) = [e for j in validate.walk_jaxprs(loaded.closed_jaxpr.jaxpr)
+            for e in j.eqns if e.primitive.name == "relayout"]
+  (original,) = [e for j in validate.walk_jaxprs(prog.closed_jaxpr.jaxpr)
+                 for e in j.eqns if e.primitive.name == "relayout"]
+  assert eqn.outvars[0].aval.layout == original.outvars[0].aval.layout
+  assert eqn.outvars[0].aval.layout == eqn.params["dst_layout"]
+  assert_bit_identical(loaded(X), f(X))
+  assert_bit_identical(jax.jit(loaded)(X), f(X))
+  assert_same_outcome(jax.vmap, f, loaded, jnp.stack([X, X * 2]))
+  assert_same_outcome(jax.grad, lambda v: f(v).sum(),
+                      lambda v: loaded(v).sum(), X)
+  (stored,) = _layout_avals(proto_edit.message(jaxpr_io.dumps(prog)))
+  assert stored.layout.WhichOneof("kind") == "record"
+
+
+def _layout_prog(monkeypatch):
+  """A program whose output aval has a layout: JAX 0.12's relayout, or on a
+  release without layouts the file a 0.12 writer would make (the writer is
+  shown a layout on the output's aval)."""
+  if compat.ARRAYS_HAVE_LAYOUT:
+    return jaxpr_io.trace(jax.jit(_relayout), X)
+  prog = jaxpr_io.trace(jax.jit(lambda x: x * 2.0), X)
+  out = prog.closed_jaxpr.jaxpr.outvars[0].aval
+  fixed = compat.Layout((1, 0), tiling=((2, 2),))
+  original = compat.aval_layout
+  monkeypatch.setattr(compat, "aval_layout",
+                      lambda a: fixed if a is out else original(a))
+  return prog
+
+
+def test_a_layout_is_refused_where_arrays_carry_none(monkeypatch):
+  prog = _layout_prog(monkeypatch)
+  data = jaxpr_io.dumps(prog)
+  monkeypatch.undo()
+  assert _layout_avals(proto_edit.message(data))
+  monkeypatch.setattr(compat, "ARRAYS_HAVE_LAYOUT", False)
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"layout.*cannot carry; load the file with JAX "
+                           r"0\.12"):
+    jaxpr_io.loads(data)
+
+
+def test_bad_layouts_are_refused(monkeypatch):
+  prog = _layout_prog(monkeypatch)
+  with pytest.raises(jaxpr_io.FormatError, match="before version 7"):
+    jaxpr_io.loads(_crafted(prog, lambda msg: None, format_version=6))
+
+  def not_a_layout(msg):
+    sa = _layout_avals(msg)[0]
+    sa.layout.Clear()
+    sa.layout.int = 3
+  with pytest.raises(jaxpr_io.FormatError, match="is not a jax.experimental"):
+    jaxpr_io.loads(_crafted(prog, not_a_layout))
+
+  def wrong_rank(msg):
+    sa = _layout_avals(msg)[0]
+    del sa.sizes[1:]  # a rank-1 array with a rank-2 layout
+  with pytest.raises(jaxpr_io.FormatError, match="rank 1 has the layout"):
+    jaxpr_io.loads(_crafted(prog, wrong_rank))

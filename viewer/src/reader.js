@@ -370,6 +370,8 @@ class Program {
       // Version 6: a memory space not JAX's own (a Pallas kernel's), a registered enum member.
       if (s.kernel_memory_space) a.memory_space = this.value(s.kernel_memory_space);
       if (s.sharding) a.sharding = this.value(s.sharding);
+      // Version 7: JAX 0.12's layout (relayout), a Layout record.
+      if (s.layout) a.layout = this.value(s.layout);
     } else if (m.$kind === 'token') {
       a = {kind: 'token'};
     } else if (m.$kind === 'ref') {

@@ -1059,6 +1059,13 @@ const JAXPR_SCHEMA = {
     false,
     "Value",
     null
+   ],
+   "9": [
+    "layout",
+    "message",
+    false,
+    "Value",
+    null
    ]
   },
   "Tuple": {
