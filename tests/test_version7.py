@@ -21,7 +21,6 @@ import re
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from jax._src.lax import parallel
 from jax._src.state import primitives as state
@@ -439,3 +438,15 @@ def test_bad_layouts_are_refused(monkeypatch):
     del sa.sizes[1:]  # a rank-1 array with a rank-2 layout
   with pytest.raises(jaxpr_io.FormatError, match="rank 1 has the layout"):
     jaxpr_io.loads(_crafted(prog, wrong_rank))
+
+
+def test_a_start_whose_output_is_no_future_does_not_type_check(auto_mesh):
+  # The start equation's output aval replaced by the array it resolves to:
+  # the done equation then gets an array. check=True (what untrusted files
+  # are loaded with) refuses the program.
+  def mutate(msg):
+    (index,) = [i for i, a in enumerate(msg.avals)
+                if a.WhichOneof("kind") == "future"]
+    msg.avals[index].CopyFrom(msg.avals[msg.avals[index].future.inner_aval])
+  with pytest.raises(jaxpr_io.FormatError, match="does not type-check"):
+    jaxpr_io.loads(_crafted(_future_prog(auto_mesh), mutate), check=True)
