@@ -323,7 +323,7 @@ class Reader:
     return value
 
   def _layout(self, sa, ndim: int):
-    """An array's layout (JAX 0.12's `ShapedArray.layout`; version 7)."""
+    """An array's layout (`ShapedArray.layout`, JAX 0.11+; version 7)."""
     if self.format_version < 7:
       raise FormatError("an aval has `layout`, which a file before version 7 "
                         "MUST NOT have")
@@ -338,9 +338,9 @@ class Reader:
       # Loading without it would be a different program: JAX compares and
       # lowers arrays with their layout.
       raise FormatError(
-          f"an array has the layout {layout} (set by JAX 0.12's relayout), "
-          f"which arrays of JAX {compat.JAX_VERSION} cannot carry; load the "
-          "file with JAX 0.12 or later")
+          f"an array has the layout {layout} (set by relayout), which "
+          f"arrays of JAX {compat.JAX_VERSION} cannot carry; load the file "
+          "with JAX 0.11 or later")
     return layout
 
   def _dims_of(self, dims) -> list:

@@ -123,10 +123,10 @@ Changelog (newest last):
     primitive that resolves it. `Aval.lin_val` (`state.AbstractLinVal`,
     the pinned linear buffers of `pin`, `unpin` and `create_linear`): its
     value type and memory space. Those primitives join the vocabulary.
-    `ShapedArray.layout` holds JAX 0.12's array layout (a
+    `ShapedArray.layout` holds an array's layout (JAX 0.11+; a
     `jax.experimental.layout.Layout` record), which `relayout` gives its
-    output; readers on JAX releases whose arrays carry no layout refuse
-    such files. Readers of version 7 read versions 1 to 6.
+    output; readers on JAX releases whose arrays carry no layout (0.10)
+    refuse such files. Readers of version 7 read versions 1 to 6.
 """
 
 from __future__ import annotations

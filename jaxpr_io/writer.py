@@ -341,7 +341,7 @@ class Writer:
           "an enum registered with jaxpr_io.register_enum")
     layout = compat.aval_layout(aval)
     if layout is not None:
-      # Format version 7: JAX 0.12's `ShapedArray.layout` (set by relayout).
+      # Format version 7: `ShapedArray.layout` (JAX 0.11+; set by relayout).
       if type(layout) is not compat.Layout:
         raise UnsupportedError(
             f"a value of type {aval.str_short()} with layout {layout!r:.80} "

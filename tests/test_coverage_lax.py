@@ -216,6 +216,15 @@ def test_relayout_round_trips_with_its_layout():
   from jax._src import pjit  # pylint: disable=g-import-not-at-top
   from jax.experimental import layout  # pylint: disable=g-import-not-at-top
   f = lambda x: pjit.relayout(x, layout.Layout((0,)))
+  try:
+    jax.jit(f)(F)
+  except NotImplementedError:
+    # JAX 0.11 traces relayout but cannot compile it: neither can the
+    # loaded program.
+    loaded = round_trips(f, "relayout", F, check=False, run=False)
+    with pytest.raises(NotImplementedError):
+      jax.jit(loaded)(F)
+    return
   loaded = round_trips(f, "relayout", F)
   assert (loaded.closed_jaxpr.jaxpr.outvars[0].aval.layout
           == layout.Layout((0,)))

@@ -358,7 +358,7 @@ def test_a_future_with_a_done_function_of_its_own_is_refused(auto_mesh):
     jaxpr_io.dumps(prog)
 
 
-# ------------------------------------------- array layouts (JAX 0.12)
+# ----------------------------------------- array layouts (JAX 0.11+)
 def _relayout(x):
   from jax._src import pjit  # pylint: disable=g-import-not-at-top
   from jax.experimental import layout  # pylint: disable=g-import-not-at-top
@@ -373,30 +373,38 @@ def _layout_avals(msg):
 
 
 @pytest.mark.skipif(not compat.ARRAYS_HAVE_LAYOUT,
-                    reason="JAX 0.12's relayout and ShapedArray.layout")
+                    reason="relayout and ShapedArray.layout are JAX 0.11+'s")
 def test_a_value_with_a_layout_round_trips_and_computes_alike():
   f = jax.jit(_relayout)
   prog = jaxpr_io.trace(f, X)
   assert "relayout" in _primitives(prog)
-  loaded = assert_roundtrip(prog)
+  try:
+    expected = f(X)
+  except NotImplementedError:
+    expected = None  # JAX 0.11 traces relayout but cannot compile it
+  loaded = assert_roundtrip(prog, check=expected is not None)
   (eqn,) = [e for j in validate.walk_jaxprs(loaded.closed_jaxpr.jaxpr)
             for e in j.eqns if e.primitive.name == "relayout"]
   (original,) = [e for j in validate.walk_jaxprs(prog.closed_jaxpr.jaxpr)
                  for e in j.eqns if e.primitive.name == "relayout"]
   assert eqn.outvars[0].aval.layout == original.outvars[0].aval.layout
   assert eqn.outvars[0].aval.layout == eqn.params["dst_layout"]
-  assert_bit_identical(loaded(X), f(X))
+  (stored,) = _layout_avals(proto_edit.message(jaxpr_io.dumps(prog)))
+  assert stored.layout.WhichOneof("kind") == "record"
+  if expected is None:
+    with pytest.raises(NotImplementedError):
+      jax.jit(loaded)(X)
+    return
+  assert_bit_identical(loaded(X), expected)
   assert_bit_identical(jax.jit(loaded)(X), f(X))
   assert_same_outcome(jax.vmap, f, loaded, jnp.stack([X, X * 2]))
   assert_same_outcome(jax.grad, lambda v: f(v).sum(),
                       lambda v: loaded(v).sum(), X)
-  (stored,) = _layout_avals(proto_edit.message(jaxpr_io.dumps(prog)))
-  assert stored.layout.WhichOneof("kind") == "record"
 
 
 def _layout_prog(monkeypatch):
-  """A program whose output aval has a layout: JAX 0.12's relayout, or on a
-  release without layouts the file a 0.12 writer would make (the writer is
+  """A program whose output aval has a layout: relayout, or on a release
+  without layouts the file a 0.11+ writer would make (the writer is
   shown a layout on the output's aval)."""
   if compat.ARRAYS_HAVE_LAYOUT:
     return jaxpr_io.trace(jax.jit(_relayout), X)
@@ -417,7 +425,7 @@ def test_a_layout_is_refused_where_arrays_carry_none(monkeypatch):
   monkeypatch.setattr(compat, "ARRAYS_HAVE_LAYOUT", False)
   with pytest.raises(jaxpr_io.FormatError,
                      match=r"layout.*cannot carry; load the file with JAX "
-                           r"0\.12"):
+                           r"0\.11"):
     jaxpr_io.loads(data)
 
 

@@ -516,14 +516,14 @@ FUTURE_DONES: dict[str, Any] = _future_dones()
 _AUTO_LAYOUT = jax_layout.AutoLayout
 
 
-# Whether this release's arrays carry a layout (JAX 0.12's
-# `ShapedArray.layout`, which `relayout` sets; format version 7).
+# Whether this release's arrays carry a layout (`ShapedArray.layout`, JAX
+# 0.11+, which `relayout` sets; format version 7).
 ARRAYS_HAVE_LAYOUT = "layout" in getattr(core.ShapedArray, "__slots__", ())
 Layout = jax_layout.Layout
 
 
 def aval_layout(aval):
-  """The layout a ShapedArray carries (JAX 0.12's `ShapedArray.layout`, set
+  """The layout a ShapedArray carries (`ShapedArray.layout`, JAX 0.11+, set
   by `relayout`), or None where it carries the default (AutoLayout) or the
   release has no such field."""
   layout = getattr(aval, "layout", _AUTO_LAYOUT)
