@@ -52,6 +52,11 @@ _MEMORY_SPACES = {
 _SIZES_FIELD, _DTYPE_FIELD, _WEAK_TYPE_FIELD, _MEMORY_SPACE_FIELD = (
     pb.ShapedArray.DESCRIPTOR.fields_by_name[name].number
     for name in ("sizes", "dtype", "weak_type", "memory_space"))
+_LIN_VAL_MEMORY_SPACES = {
+    pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_UNSPECIFIED"]: None,
+    pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_HBM"]: "hbm",
+    pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_VMEM"]: "vmem",
+}
 _NAME_ENTRY_TYPES = {pb.NameStackKind["SCOPE"]: compat.NameScope,
                      pb.NameStackKind["TRANSFORM"]: compat.NameTransform}
 _MAX_RANK = 64
@@ -265,6 +270,10 @@ class Reader:
       return compat.abstract_token
     if kind == "ref":
       return self._decode_ref(m.ref)
+    if kind == "future":
+      return self._decode_future(m.future)
+    if kind == "lin_val":
+      return self._decode_lin_val(m.lin_val)
     if kind != "shaped_array":
       raise FormatError(f"aval of unknown kind {kind!r}")
     sa = m.shaped_array
@@ -307,6 +316,8 @@ class Reader:
     if sa.HasField("manual_axis_type"):
       kwargs["manual_axis_type"] = params.decode_value(self,
                                                        sa.manual_axis_type)
+    if sa.HasField("layout"):
+      kwargs["layout"] = self._layout(sa, len(shape))
     return _shaped_array(tuple(shape), dtype, sa.weak_type, kwargs)
 
   def _plain_shaped_array(self, sa):
@@ -358,6 +369,27 @@ class Reader:
                         "not a member of a registered enum")
     return value
 
+  def _layout(self, sa, ndim: int):
+    """An array's layout (`ShapedArray.layout`, JAX 0.11+; version 7)."""
+    if self.format_version < 7:
+      raise FormatError("an aval has `layout`, which a file before version 7 "
+                        "MUST NOT have")
+    layout = params.decode_value(self, sa.layout)
+    if type(layout) is not compat.Layout:
+      raise FormatError(f"an array's layout {layout!r:.80} is not a "
+                        "jax.experimental.layout.Layout record")
+    if len(layout.major_to_minor) != ndim:
+      raise FormatError(f"an array of rank {ndim} has the layout {layout} "
+                        f"of rank {len(layout.major_to_minor)}")
+    if not compat.ARRAYS_HAVE_LAYOUT:
+      # Loading without it would be a different program: JAX compares and
+      # lowers arrays with their layout.
+      raise FormatError(
+          f"an array has the layout {layout} (set by relayout), which "
+          f"arrays of JAX {compat.JAX_VERSION} cannot carry; load the file "
+          "with JAX 0.11 or later")
+    return layout
+
   def _dims_of(self, dims) -> list:
     """The dimensions of repeated `Dim` messages."""
     if len(dims) > _MAX_RANK:
@@ -398,6 +430,45 @@ class Reader:
       return pallas.build_ref(inner, memory_space, kind)
     except (TypeError, ValueError) as e:
       raise FormatError(f"ref aval cannot be rebuilt: {e}") from None
+
+  def _earlier_array_aval(self, i: int, what: str):
+    """The aval a version 7 aval kind refers to: an earlier ShapedArray."""
+    if self.msg.format_version < 7:
+      raise FormatError(f"{what} aval in a file before version 7")
+    # Avals refer only to earlier ones: `self.avals` holds exactly those.
+    if i >= len(self.avals):
+      raise FormatError(f"{what}'s inner aval {i} does not come before it")
+    inner = self.avals[i]
+    if type(inner) is not compat.ShapedArray:
+      raise FormatError(f"{what}'s inner aval is a {type(inner).__name__}, "
+                        "not an array type")
+    return inner
+
+  def _decode_future(self, m):
+    """`core.AbstractFuture` (version 7)."""
+    inner = self._earlier_array_aval(m.inner_aval, "a future")
+    done = None
+    if m.done:
+      name = self.string(m.done - 1)
+      done = compat.FUTURE_DONES.get(name)
+      if done is None:
+        raise FormatError(
+            f"a future's done primitive {name!r:.80} is not one this JAX "
+            f"has (it has {', '.join(compat.FUTURE_DONES)})")
+    return compat.ADAPTER.new_future(inner, done)
+
+  def _decode_lin_val(self, m):
+    """`state.AbstractLinVal` (version 7)."""
+    inner = self._earlier_array_aval(m.inner_aval, "a pinned linear value")
+    if m.memory_space not in _LIN_VAL_MEMORY_SPACES:
+      raise FormatError(f"unknown memory space {m.memory_space} of a "
+                        "pinned linear value")
+    if compat.AbstractLinVal is None:
+      raise FormatError(
+          f"the file holds a pinned linear value (state.AbstractLinVal), "
+          f"which JAX {compat.JAX_VERSION} does not have; load it with a "
+          "JAX release that has jax._src.state.types.AbstractLinVal")
+    return compat.AbstractLinVal(inner, _LIN_VAL_MEMORY_SPACES[m.memory_space])
 
   def dim(self, text: str):
     """The symbolic dimension `text`, in the program's one scope."""

@@ -115,13 +115,25 @@ Changelog (newest last):
     codec for): the param codecs of `linear_call`'s `transpose_thunk` and
     `remat_opt`'s `fun_jaxpr_thunk`, each a closed jaxpr (what the thunk
     returns, its consts as the jaxpr's constants; jaxpr_io/jaxpr_thunks.py).
+  * 2026-11-25, version 7: two new kinds of abstract value. `Aval.future`
+    (`core.AbstractFuture`, the result of JAX's asynchronous collectives
+    `ppermute_start`, `psum_invariant_start`, `all_gather_start` and the
+    other `*_start` primitives of jax._src.lax.parallel, until their
+    `*_done` equation): its value type and, from JAX 0.11 on, the done
+    primitive that resolves it. `Aval.lin_val` (`state.AbstractLinVal`,
+    the pinned linear buffers of `pin`, `unpin` and `create_linear`): its
+    value type and memory space. Those primitives join the vocabulary.
+    `ShapedArray.layout` holds an array's layout (JAX 0.11+; a
+    `jax.experimental.layout.Layout` record), which `relayout` gives its
+    output; readers on JAX releases whose arrays carry no layout (0.10)
+    refuse such files. Readers of version 7 read versions 1 to 6.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 OLDEST_READABLE_FORMAT_VERSION = 1
 
 # SHA-256 of the compiled schema descriptor (jaxpr_io/_proto/jaxpr.desc) that
@@ -134,4 +146,5 @@ SCHEMA_FINGERPRINTS = {
     4: "2e5d2d81683ce64e02a2646868570b78d1291decf2cc4fc00c48fc6a2dae2ee1",
     5: "81cc109773a083b139f9d68dc720784b724db2732c2fb8ed6ebf5871d02eb7b6",
     6: "c52b2ef5be61a42996fd493238a7a59f5eb3341cbd7062481f166a467a75e435",
+    7: "1675cec0211fbe4e0d0ad4c9e8fb0c0f77ae4a11ca84930f9b7c3486fa3b3d75",
 }

@@ -54,6 +54,14 @@ _MEMORY_SPACES = {
     compat.MemorySpace.Any: pb.MemorySpace["MEMORY_SPACE_ANY"],
 }
 _DEFAULT_SHARDINGS: dict[int, Any] = {}
+# Format version 7: a future's done primitive -> its stable name, and the
+# memory spaces of pinned linear values (what JAX's `pin` accepts).
+_FUTURE_DONE_NAMES = {prim: name for name, prim in compat.FUTURE_DONES.items()}
+_LIN_VAL_MEMORY_SPACES = {
+    None: pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_UNSPECIFIED"],
+    "hbm": pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_HBM"],
+    "vmem": pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_VMEM"],
+}
 # JAX's typed scalars hold a Python value; that value is what is stored.
 _PYTHON_VALUE = {compat.TypedInt: int, compat.TypedFloat: float,
                  compat.TypedComplex: complex}
@@ -194,8 +202,11 @@ class Writer:
     if index is None:
       # A ref aval's equality leaves out its kind (and a TMEM ref's layout
       # and collective flag): refs that differ only there are distinct avals.
-      key = ((aval, pallas.stored_ref_kind(aval))
-             if pallas.is_ref_class(type(aval)) else aval)
+      # Likewise a future's equality leaves out its done function.
+      t = type(aval)
+      key = ((aval, pallas.stored_ref_kind(aval)) if pallas.is_ref_class(t)
+             else (aval, compat.ADAPTER.future_done(aval))
+             if t is compat.AbstractFuture else aval)
       index = self._avals.get(key)
       if index is None:
         message = pb.Aval()
@@ -289,10 +300,17 @@ class Writer:
       if kind is not None:
         params.encode_value(self, kind, ref.kind)
       return
+    if t is compat.AbstractFuture:
+      self._encode_future(aval, out.future)
+      return
+    if t is compat.AbstractLinVal:
+      self._encode_lin_val(aval, out.lin_val)
+      return
     if t is not compat.ShapedArray:
       raise UnsupportedError(
           f"abstract value {aval} of type {t.__name__} cannot be stored "
-          "(ShapedArray, AbstractRef and AbstractToken can)")
+          "(ShapedArray, AbstractRef, AbstractFuture, AbstractLinVal and "
+          "AbstractToken can)")
     sa = out.shaped_array
     if all(type(d) is int for d in aval.shape):
       sa.sizes.extend(aval.shape)
@@ -323,13 +341,47 @@ class Writer:
           "an enum registered with jaxpr_io.register_enum")
     layout = compat.aval_layout(aval)
     if layout is not None:
-      # Dropping it would load a different program (JAX's layout-mode
-      # tracing reads it), which prints alike: refuse instead.
+      # Format version 7: `ShapedArray.layout` (JAX 0.11+; set by relayout).
+      if type(layout) is not compat.Layout:
+        raise UnsupportedError(
+            f"a value of type {aval.str_short()} with layout {layout!r:.80} "
+            f"of type {type(layout).__name__} cannot be stored (a "
+            "jax.experimental.layout.Layout can)")
+      params.encode_value(self, layout, sa.layout)
+
+  def _inner_aval(self, aval, what: str) -> int:
+    """Aval index of a future's or linear value's array type."""
+    inner = aval.inner_aval
+    if type(inner) is not compat.ShapedArray:
+      raise UnsupportedError(f"{what} of a value of type {inner} cannot be "
+                             "stored (of arrays can)")
+    return self.aval(inner)  # interned first: a smaller index
+
+  def _encode_future(self, aval, out) -> None:
+    # Format version 7.
+    out.inner_aval = self._inner_aval(aval, "a future")
+    done = compat.ADAPTER.future_done(aval)
+    if done is not None:
+      name = (_FUTURE_DONE_NAMES.get(done)
+              if type(done) is compat.Primitive else None)
+      if name is None:
+        raise UnsupportedError(
+            f"a future resolved by {done!r:.80} cannot be stored: the "
+            "format stores futures that one of JAX's own *_done primitives "
+            f"resolves ({', '.join(compat.FUTURE_DONES)})")
+      out.done = self.string(name) + 1
+
+  def _encode_lin_val(self, aval, out) -> None:
+    # Format version 7.
+    out.inner_aval = self._inner_aval(aval, "a pinned linear value")
+    space = (_LIN_VAL_MEMORY_SPACES.get(aval.memory_space)
+             if aval.memory_space is None or type(aval.memory_space) is str
+             else None)
+    if space is None:
       raise UnsupportedError(
-          f"a value of type {aval.str_short()} with layout {layout} (set by "
-          "relayout or explicit_layout) cannot be stored: the format's Aval "
-          "holds no layout; trace without explicit layouts, or pass them to "
-          "jax.jit / jax.export when compiling the loaded program")
+          f"a pinned linear value in memory space {aval.memory_space!r:.60} "
+          "cannot be stored (None, 'hbm' and 'vmem' can: what JAX lowers)")
+    out.memory_space = space
 
   def dim_expr(self, d) -> int:
     """String index of a symbolic dimension; all must share one scope."""

@@ -93,13 +93,6 @@ REFUSED_BY_PARAM = {"call_exported": "exported"}
 # cannot store yet. Work that remains (issue 12); `dumps` refuses programs
 # with them with an UnsupportedError naming the equation
 # (tests/test_coverage_parallel.py, test_known_gaps_are_refused_by_name).
-_FUTURE = ("JAX's async collectives (jax._src.lax.parallel's *_start "
-           "functions, no public API): a start's output is a "
-           "core.AbstractFuture, which the schema's Aval cannot hold (a "
-           "schema change: a new Aval kind)")
-_LIN_VAL = ("its value is a state.AbstractLinVal (a pinned, linear buffer; "
-            "jax._src.state.primitives), which the schema's Aval cannot hold "
-            "(a schema change: a new Aval kind)")
 _HI_MUTABLE = ("(JAX 0.10 jax._src.hijax; gone in 0.12) a Box or Log is a "
                "mutable hijax type whose variables carry quasi-dynamic data, "
                "which the schema cannot hold (writer.py refuses them)")
@@ -109,14 +102,6 @@ _HI_PRIM = ("its `_prim` param is the user's VJPHiPrimitive object "
             "those rules to jaxprs, as jaxpr_io/custom_rules.py does for "
             "custom_vjp")
 GAPS: dict[str, str] = {
-    **dict.fromkeys((
-        "all_gather_start", "all_gather_done", "all_gather_reduced_start",
-        "all_to_all_start", "all_to_all_done", "pbroadcast_start",
-        "pbroadcast_done", "ppermute_start", "ppermute_done", "psum_start",
-        "psum_done", "psum_invariant_start", "reduce_scatter_start",
-        "reduce_scatter_done", "unreduced_psum_start",
-        "unreduced_reduce_scatter_start"), _FUTURE),
-    **dict.fromkeys(("pin", "unpin", "create_linear"), _LIN_VAL),
     **dict.fromkeys(("new_box", "box_get", "box_set", "new_log",
                      "log_extend"), _HI_MUTABLE),
     **dict.fromkeys(("call_hi_primitive", "call_hi_primitive_linearized"),
@@ -133,9 +118,6 @@ GAPS: dict[str, str] = {
                   "custom_vjp's backward rule as a WrappedFun: the codec of "
                   "custom_vjp_call's `bwd` (jaxpr_io/custom_rules.py) "
                   "extended to it",
-    "relayout": "(JAX 0.12) dumps refuses it: its output's aval carries the "
-                "layout (ShapedArray.layout), which the schema's Aval does "
-                "not hold; needs a schema field",
 }
 
 

@@ -310,16 +310,6 @@ def test_unreduced_kind_field_is_checked():
 # tests/primitive_census.py's GAPS: programs JAX traces with these
 # primitives, which the format cannot hold yet. dumps must refuse them with
 # an UnsupportedError that names the equation, not write a broken file.
-def _async_psum(v):
-  from jax._src.lax import parallel  # pylint: disable=g-import-not-at-top
-  return parallel.ppermute_start(v, "i", _RING).done()
-
-
-def _pinned(v):
-  from jax._src.state import primitives as state  # pylint: disable=g-import-not-at-top
-  return state.unpin(state.pin(v)) + 1
-
-
 def _user_hi_primitive(v):
   from jax._src import hijax  # pylint: disable=g-import-not-at-top
 
@@ -340,9 +330,6 @@ def _user_hi_primitive(v):
 
 
 @pytest.mark.parametrize("build,primitive,what", [
-    (lambda mesh: _on_mesh(mesh, _async_psum), "ppermute_start",
-     "AbstractFuture"),
-    (lambda mesh: jax.jit(_pinned), "pin", "AbstractLinVal"),
     (lambda mesh: jax.jit(_user_hi_primitive), "call_hi_primitive",
      "param '_prim'"),
 ])

@@ -134,6 +134,10 @@ class _Summarizer:
                   for d in a.shape]}
     if kind == "ref":
       return {"ref": self.aval(m.ref.inner_aval)}
+    if kind == "future":  # version 7
+      return {"future": self.aval(m.future.inner_aval)}
+    if kind == "lin_val":  # version 7
+      return {"lin_val": self.aval(m.lin_val.inner_aval)}
     return {"token": True}
 
   def array(self, i):

@@ -61,6 +61,8 @@ Value = _message("Value")
 Tuple = _message("Tuple")
 Record = _message("Record")
 PyTree = _message("PyTree")
+AbstractFuture = _message("AbstractFuture")
+AbstractLinVal = _message("AbstractLinVal")
 
 # Enum name -> number maps.
 DType = _enum("DType")
@@ -68,3 +70,4 @@ HostKind = _enum("HostKind")
 MemorySpace = _enum("MemorySpace")
 NameStackKind = _enum("NameStack.Entry.Kind")
 PyTreeKind = _enum("PyTree.Kind")
+LinValMemorySpace = _enum("LinValMemorySpace")

@@ -72,6 +72,13 @@ Primitive = core.Primitive
 ShapedArray = core.ShapedArray
 AbstractToken = core.AbstractToken
 AbstractRef = state_types.AbstractRef
+# Added in format version 7. `core.AbstractFuture`: an asynchronous
+# collective's result between its start and done equations (JAX 0.10-0.12;
+# what it holds differs: `ADAPTER.new_future`). `state.AbstractLinVal`: a
+# pinned, linear buffer (`pin`, `create_linear`); None on a release without
+# it, where the reader refuses such avals.
+AbstractFuture = core.AbstractFuture
+AbstractLinVal = getattr(state_types, "AbstractLinVal", None)
 # checkify's effect: a class of jax._src.checkify in 0.10, of
 # jax._src.effects from 0.11 on (re-exported by checkify).
 ErrorEffect = jax_checkify.ErrorEffect
@@ -493,14 +500,36 @@ NAMED_TUPLES: dict[str, type] = {
 # jax.experimental.primal_tangent_dtype's extended element type.
 PrimalTangentDType = jax_dtypes.PrimalTangentDType
 
+# ---------------------------------------------------------- futures
+def _future_dones() -> dict[str, Any]:
+  """Stable name -> the primitive that resolves an AbstractFuture (the
+  `*_done` primitives of jax._src.lax.parallel this release has; format
+  version 7). The names are the vocabulary's and MUST NOT change."""
+  parallel = importlib.import_module("jax._src.lax.parallel")
+  names = ("all_gather_done", "psum_done", "reduce_scatter_done",
+           "all_to_all_done", "ppermute_done",
+           "pbroadcast_done")  # pbroadcast: JAX 0.10 only
+  return {name: getattr(parallel, name + "_p") for name in names
+          if hasattr(parallel, name + "_p")}
+
+
+FUTURE_DONES: dict[str, Any] = _future_dones()
+
+
 # -------------------------------------------------------------- layouts
 _AUTO_LAYOUT = jax_layout.AutoLayout
 
 
+# Whether this release's arrays carry a layout (`ShapedArray.layout`, JAX
+# 0.11+, which `relayout` sets; format version 7).
+ARRAYS_HAVE_LAYOUT = "layout" in getattr(core.ShapedArray, "__slots__", ())
+Layout = jax_layout.Layout
+
+
 def aval_layout(aval):
-  """The layout a ShapedArray carries (JAX 0.12's `ShapedArray.layout`, set
+  """The layout a ShapedArray carries (`ShapedArray.layout`, JAX 0.11+, set
   by `relayout`), or None where it carries the default (AutoLayout) or the
-  release has no such field. The format's Aval holds no layout."""
+  release has no such field."""
   layout = getattr(aval, "layout", _AUTO_LAYOUT)
   return None if layout is _AUTO_LAYOUT else layout
 

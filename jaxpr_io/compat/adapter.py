@@ -84,6 +84,17 @@ class Adapter:
       params = rule(params, where)
     return self.name_from_format.get(name, name), params
 
+  def future_done(self, aval):
+    """The primitive whose `bind` a `core.AbstractFuture` holds as its
+    `done_fun` (JAX 0.11+), or None: JAX 0.10's futures hold none."""
+    del aval
+    return None
+
+  def new_future(self, inner_aval, done):
+    """A `core.AbstractFuture` resolving to `inner_aval`; `done` is the
+    primitive that resolves it or None. Subclasses build it."""
+    raise NotImplementedError
+
   def context_to_format(self, ctx) -> dict:
     """Equation-context settings beyond JAX 0.10's (see EqnContext in the
     schema): {"layout_mode": str, "no_collectives": frozenset}."""

@@ -20,6 +20,8 @@ The format's vocabulary (jaxpr_io/vocabulary.py) was first written from JAX
 
 from __future__ import annotations
 
+from jax._src import core as jax_core
+
 from jaxpr_io import vocabulary
 from jaxpr_io.compat import pallas_pipeline
 from jaxpr_io.compat.adapter import Adapter
@@ -103,6 +105,13 @@ class Jax010(Adapter):
   # jaxlib 0.10's while-loop trip-count analysis takes `i + i` for
   # `i + constant` and fails a CHECK (found by tests/fuzz; fixed by 0.12).
   compiler_aborts = frozenset({"while_self_add_induction"})
+
+  def new_future(self, inner_aval, done):
+    # 0.10's futures hold only their value: the `core.Future` that
+    # `psum_start` and friends return carries the done function, and a
+    # traced program binds its done equation itself.
+    del done
+    return jax_core.AbstractFuture(inner_aval)
 
 
 ADAPTER = Jax010()

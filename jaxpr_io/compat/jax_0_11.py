@@ -274,6 +274,22 @@ class Jax011(Adapter):
                                 "0.11"))}
   record_codecs = _RECORD_CODECS
 
+  def future_done(self, aval):
+    # `done_fun` is the done primitive's bound `bind` (parallel.py's
+    # `_async_start_abstract_eval`); anything else is no primitive.
+    done_fun = aval.done_fun
+    if done_fun is None:
+      return None
+    prim = getattr(done_fun, "__self__", None)
+    if (type(prim) is jax_core.Primitive
+        and getattr(done_fun, "__func__", None) is jax_core.Primitive.bind):
+      return prim
+    return done_fun  # the writer refuses it: not a known done primitive
+
+  def new_future(self, inner_aval, done):
+    return jax_core.AbstractFuture(inner_aval,
+                                   None if done is None else done.bind)
+
   def context_to_format(self, ctx) -> dict:
     return {"layout_mode": ctx.cur_layout_mode.name,
             "no_collectives": getattr(ctx, "no_collectives", frozenset())}

@@ -129,6 +129,20 @@ def pallas_kernel(x):
       interpret=True)(x)
 
 
+def async_collectives(x):
+  # From version 7: futures (AbstractFuture avals) of JAX's asynchronous
+  # collectives, on a one-device mesh (this script runs on one device).
+  from jax._src.lax import parallel  # pylint: disable=g-import-not-at-top
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("i",))
+
+  def body(v):
+    shifted = parallel.ppermute_start(v, "i", ((0, 0),)).done()
+    total = parallel.psum_start(shifted * 2.0, "i").done()
+    return parallel.all_gather_start(total, "i", tiled=True).done() + v
+  return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=jax.P("i"),
+                               out_specs=jax.P("i")))(x)
+
+
 CASES = {
     "mlp_constants": (closed_mlp, (_rng.randn(4, 6).astype(np.float32),), {}),
     "control_flow": (control_flow, (_rng.randn(5, 3).astype(np.float32),
@@ -154,6 +168,9 @@ CASES = {
                                         [0, 3]], np.int32)), {}),
     "pallas_kernel": (pallas_kernel,
                       (_rng.randn(16, 128).astype(np.float32),), {}),
+    # From version 7.
+    "async_collectives": (async_collectives,
+                          (_rng.randn(4, 3).astype(np.float32),), {}),
 }
 
 

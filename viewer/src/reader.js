@@ -353,7 +353,8 @@ class Program {
     return name;
   }
 
-  // An aval: {kind: 'array', dtype, shape: [int|string], weak} | {kind: 'token'} | {kind: 'ref', inner}.
+  // An aval: {kind: 'array', dtype, shape: [int|string], weak} | {kind: 'token'} | {kind: 'ref', inner}
+  // | {kind: 'future', inner, done} | {kind: 'lin_val', inner, memory}.
   aval(i) {
     if (this._avals[i]) return this._avals[i];
     const m = this.index('avals', i, 'aval');
@@ -369,12 +370,21 @@ class Program {
       // Version 6: a memory space not JAX's own (a Pallas kernel's), a registered enum member.
       if (s.kernel_memory_space) a.memory_space = this.value(s.kernel_memory_space);
       if (s.sharding) a.sharding = this.value(s.sharding);
+      // Version 7: JAX 0.12's layout (relayout), a Layout record.
+      if (s.layout) a.layout = this.value(s.layout);
     } else if (m.$kind === 'token') {
       a = {kind: 'token'};
     } else if (m.$kind === 'ref') {
       if (m.ref.inner_aval >= i) throw new FormatError(`ref aval ${i} refers to a later aval`);
       a = {kind: 'ref', inner: this.aval(m.ref.inner_aval)};
       if (m.ref.memory_space) a.memory_space = this.value(m.ref.memory_space);
+    } else if (m.$kind === 'future' || m.$kind === 'lin_val') {
+      // Version 7: an async collective's future, a pinned linear value.
+      const f = m[m.$kind];
+      if (f.inner_aval >= i) throw new FormatError(`${m.$kind} aval ${i} refers to a later aval`);
+      a = {kind: m.$kind, inner: this.aval(f.inner_aval)};
+      if (m.$kind === 'future' && f.done) a.done = this.string(f.done - 1);
+      if (m.$kind === 'lin_val' && f.memory_space) a.memory = f.memory_space === 1 ? 'hbm' : 'vmem';
     } else {
       throw new FormatError(`aval ${i} has no kind`);
     }
@@ -628,6 +638,8 @@ function avalText(a) {
   if (!a) return '?';
   if (a.kind === 'token') return 'Token';
   if (a.kind === 'ref') return `Ref{${avalText(a.inner)}}`;
+  if (a.kind === 'future') return `AbstractFuture{${avalText(a.inner)}}`;
+  if (a.kind === 'lin_val') return `LinVal{${avalText(a.inner)}}`;
   const d = SHORT[a.dtype] || a.dtype;
   return `${d}[${a.shape.join(',')}]${a.weak ? '{weak}' : ''}`;
 }
@@ -658,7 +670,9 @@ function summarize(prog) {
   const arraySummary = (arr) => ({aval: avalSummary(arr.aval), kind: arr.kind, nbytes: arr.nbytes,
                                   first: prog.arrayValues(arr, FIRST).map(jsonNumber)});
   const avalSummary = (a) => a.kind === 'array' ? {dtype: a.dtype, shape: a.shape, weak: a.weak}
-    : a.kind === 'ref' ? {ref: avalSummary(a.inner)} : {token: true};
+    : a.kind === 'ref' ? {ref: avalSummary(a.inner)}
+    : a.kind === 'future' ? {future: avalSummary(a.inner)}
+    : a.kind === 'lin_val' ? {lin_val: avalSummary(a.inner)} : {token: true};
   const valueSummary = (v) => {
     if (v === null || typeof v === 'boolean' || typeof v === 'string') return v;
     if (typeof v === 'number' || typeof v === 'bigint') return jsonNumber(v);

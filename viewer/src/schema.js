@@ -49,6 +49,11 @@ const JAXPR_SCHEMA = {
    "TYPED_NDARRAY": 3,
    "TYPED_SCALAR": 4
   },
+  "LinValMemorySpace": {
+   "LIN_VAL_MEMORY_SPACE_HBM": 1,
+   "LIN_VAL_MEMORY_SPACE_UNSPECIFIED": 0,
+   "LIN_VAL_MEMORY_SPACE_VMEM": 2
+  },
   "MemorySpace": {
    "MEMORY_SPACE_ANY": 3,
    "MEMORY_SPACE_DEVICE": 1,
@@ -71,8 +76,40 @@ const JAXPR_SCHEMA = {
    "TUPLE": 3
   }
  },
- "format_version": 6,
+ "format_version": 7,
  "messages": {
+  "AbstractFuture": {
+   "1": [
+    "inner_aval",
+    "uint32",
+    false,
+    null,
+    null
+   ],
+   "2": [
+    "done",
+    "uint32",
+    false,
+    null,
+    null
+   ]
+  },
+  "AbstractLinVal": {
+   "1": [
+    "inner_aval",
+    "uint32",
+    false,
+    null,
+    null
+   ],
+   "2": [
+    "memory_space",
+    "enum",
+    false,
+    "LinValMemorySpace",
+    null
+   ]
+  },
   "AbstractRef": {
    "1": [
     "inner_aval",
@@ -154,6 +191,20 @@ const JAXPR_SCHEMA = {
     "message",
     false,
     "AbstractRef",
+    "kind"
+   ],
+   "4": [
+    "future",
+    "message",
+    false,
+    "AbstractFuture",
+    "kind"
+   ],
+   "5": [
+    "lin_val",
+    "message",
+    false,
+    "AbstractLinVal",
     "kind"
    ]
   },
@@ -1004,6 +1055,13 @@ const JAXPR_SCHEMA = {
    ],
    "8": [
     "kernel_memory_space",
+    "message",
+    false,
+    "Value",
+    null
+   ],
+   "9": [
+    "layout",
     "message",
     false,
     "Value",
