@@ -330,6 +330,35 @@ SEEDS.update({
 })
 
 
+def async_collectives():
+  """Futures of JAX's asynchronous collectives (format version 7)."""
+  from tests.golden import make_golden  # pylint: disable=import-outside-toplevel
+  return make_golden.async_collectives, (_normal(4, 3),), {}
+
+
+def pinned():
+  """Pinned linear values (format version 7); XLA:CPU cannot run them, so
+  the check refuses what mutation leaves intact."""
+  from jax._src.state import primitives as state  # pylint: disable=import-outside-toplevel
+  return (lambda v: state.unpin(state.pin(v)) + v), (_normal(4),), {}
+
+
+def relayout():
+  """An array layout (format version 7; JAX 0.11+, compiled by 0.12)."""
+  from jax._src import pjit  # pylint: disable=import-outside-toplevel
+  from jax.experimental import layout  # pylint: disable=import-outside-toplevel
+  return (lambda v: pjit.relayout(v, layout.Layout((0,))),
+          (_normal(8),), {})
+
+
+# Format version 7: futures, pinned linear values, layouts.
+SEEDS.update({
+    "async_collectives": async_collectives,
+    "pinned": pinned,
+    "relayout": relayout,
+})
+
+
 def build_one(name: str) -> bytes:
   fn, args, kwargs = SEEDS[name]()
   with warnings.catch_warnings():
