@@ -282,12 +282,23 @@ def _from_container(data_container: container.Container, check: bool,
   return program
 
 
+# Values that exist only between the equations of a program (futures of
+# asynchronous collectives, pinned linear buffers): an input of such a type
+# cannot be passed, so a program that takes one cannot be called.
+_NOT_PASSABLE = frozenset(t for t in (compat.AbstractFuture,
+                                      compat.AbstractLinVal) if t is not None)
+
+
 def _abstract_arg(aval):
   """A `ShapeDtypeStruct` for lowering with `aval`: with its sharding when
   the program uses explicit sharding, so that lowering sees what a call
   would pass."""
   if aval is compat.abstract_token:
     return jax.lax.create_token()
+  if type(aval) in _NOT_PASSABLE:
+    raise FormatError(f"an input has type {aval.str_short()}, which no "
+                      "caller can pass (only JAX's primitives make one, "
+                      "inside a program)")
   sharding = getattr(aval, "sharding", None)
   if sharding is not None and getattr(sharding.mesh, "axis_names", ()):
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,
@@ -313,7 +324,10 @@ def _check(program: Program, source: str) -> None:
   if checks.has_checks(closed.jaxpr):
     # `checkify.check`s compile only functionalized, as in the original.
     fun = checks.functionalized(fun)
-  args = [_abstract_arg(a) for a in closed.in_avals]
+  try:
+    args = [_abstract_arg(a) for a in closed.in_avals]
+  except FormatError as e:
+    raise FormatError(f"{source}: the program cannot be called: {e}") from None
   steps = (
       ("does not type-check", lambda: compat.check_jaxpr(closed.jaxpr)),
       ("does not type-check", lambda: validate.check_shapes(closed.jaxpr)),

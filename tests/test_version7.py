@@ -458,3 +458,29 @@ def test_a_start_whose_output_is_no_future_does_not_type_check(auto_mesh):
     msg.avals[index].CopyFrom(msg.avals[msg.avals[index].future.inner_aval])
   with pytest.raises(jaxpr_io.FormatError, match="does not type-check"):
     jaxpr_io.loads(_crafted(_future_prog(auto_mesh), mutate), check=True)
+
+
+@pytest.mark.parametrize("kind", ["future", "lin_val"])
+def test_a_program_that_takes_a_future_or_lin_val_cannot_be_called(kind):
+  """No caller can pass a future or a pinned linear value (only JAX's
+  primitives make them, inside a program): a file whose program takes one
+  loads (its jaxpr is well formed) but fails check=True, which promises a
+  program that can be called (found by the fuzzer)."""
+  def mutate(msg):
+    # The root jaxpr's input, retyped: a new aval of `kind` holding its
+    # array type.
+    root = msg.jaxprs[msg.closed_jaxprs[msg.root].jaxpr]
+    new = msg.avals.add()
+    if kind == "future":
+      new.future.inner_aval = root.invars[0]
+    else:
+      new.lin_val.inner_aval = root.invars[0]
+    root.invars[0] = len(msg.avals) - 1
+  data = _crafted(jaxpr_io.trace(lambda x: x, X), mutate)
+  loaded = jaxpr_io.loads(data)
+  assert type(loaded.in_avals[0]).__name__ == {
+      "future": "AbstractFuture", "lin_val": "AbstractLinVal"}[kind]
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"cannot be called: an input has type .*which no "
+                           r"caller can pass"):
+    jaxpr_io.loads(data, check=True)
