@@ -1,14 +1,19 @@
 """Lists the vocabulary a JAX release's programs use, for schema/VOCABULARY.md.
 
     python schema/vocabulary_scan.py OUT.json        # under each release
-    python schema/vocabulary_scan.py --markdown A.json B.json ... > schema/VOCABULARY.md
+    python schema/vocabulary_scan.py --markdown A.json B.json ... > NEW.md
+    mv NEW.md schema/VOCABULARY.md
 
 The first form traces every CPU harness of JAX's primitive test suite and the
 test programs, maps each equation to the format's vocabulary with the
 running release's adapter (exactly what the writer stores), and records, per
 vocabulary primitive, each param's kind of value and the release's own name
 for the primitive. The second form merges the releases' lists into the
-table that documents the vocabulary.
+table that documents the vocabulary. Rows of primitives that no scanned
+program holds (kernel primitives, JAX 0.12's thunky) keep the params text
+written by hand in the current schema/VOCABULARY.md; a primitive that the
+scan saw without params says "(no params)", one it never saw and that has
+no hand-written text says "(not traced)".
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -87,8 +93,36 @@ def _format_version() -> int:
   return version.FORMAT_VERSION
 
 
-def markdown(paths) -> str:
+_VOCABULARY = os.path.join(os.path.dirname(__file__), "VOCABULARY.md")
+_NOT_TRACED = "(not traced)"
+
+
+def _hand_written(path: str) -> dict[str, str]:
+  """name -> params text of the rows of `path` that the scan cannot write
+  (see the module docstring). The last column may hold "|" (`tuple[a|b]`),
+  so each row is split into as many cells as the header has."""
+  rows: dict[str, str] = {}
+  if not os.path.exists(path):
+    return rows
+  n_cells = None
+  with open(path) as f:
+    for line in f:
+      line = line.rstrip("\n")
+      if line.startswith("| primitive |"):
+        n_cells = line.count(" | ") + 1
+        continue
+      if n_cells is None or not line.startswith("| `") or not line.endswith(" |"):
+        continue
+      cells = line[2:-2].split(" | ", n_cells - 1)
+      name, text = cells[0].strip("`"), cells[-1]
+      if len(cells) == n_cells and text != _NOT_TRACED:
+        rows[name] = text
+  return rows
+
+
+def markdown(paths, previous: str = _VOCABULARY) -> str:
   releases = [json.load(open(p)) for p in paths]
+  hand_written = _hand_written(previous)
   names = sorted(set().union(*(r["all_primitives"] for r in releases)))
   lines = [
       f"# The jaxpr_io vocabulary (format version {_format_version()})",
@@ -100,13 +134,14 @@ def markdown(paths) -> str:
       "kinds of value seen; a param listed for some releases only is",
       "optional in the file (e.g. `scan`'s `ft_in`/`ft_out`). `jaxpr` params",
       "hold closed jaxprs except those in `OPEN_JAXPR_PARAMS`.",
-      "",
+      _NOTES,
       "| primitive | " + " | ".join(f"jax {r['jax']}" for r in releases)
       + " | params (kinds) |",
       "| --- | " + " | ".join("---" for _ in releases) + " | --- |",
   ]
   for name in names:
     cells = []
+    traced = False
     params: dict = collections.defaultdict(set)
     for r in releases:
       entry = r["primitives"].get(name)
@@ -117,13 +152,42 @@ def markdown(paths) -> str:
       else:
         rel = entry["release_name"]
         cells.append("yes" if rel == name else f"as `{rel}`")
+        traced = True
         for p, kinds in entry["params"].items():
           params[p].update(kinds)
     text = ", ".join(f"`{p}`: {'/'.join(sorted(k))}"
-                     for p, k in sorted(params.items())) or "(not traced)"
+                     for p, k in sorted(params.items()))
+    if not text:
+      text = ("(no params)" if traced
+              else hand_written.get(name, _NOT_TRACED))
     lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {text} |")
   return "\n".join(lines) + "\n" + _OWN_NAMES
 
+
+# Written by hand: what the scan cannot see (primitives that only the test
+# programs of one release hold, how some params are stored).
+_NOTES = """
+JAX 0.12's `thunky.*` primitives (jax._src.thunky, jaxpr_io/thunky.py) were
+added by hand from the programs of tests/test_thunky.py: a *slice spec*
+is a tuple (offset: int, shape: tuple[int], dtype): the bytes of a buffer
+ref that the thunk reads or writes.
+`thunky.ptx_kernel` is not in the vocabulary (PTX source: native code
+chosen by the file).
+
+`mpmd_map` (jax._src.pallas.mpmd: `pl.kernel` over meshes) and the
+SparseCore kernel primitives (`sparsecore.*`, see "Names of their own")
+were added by hand from the programs of tests/test_pallas_sparsecore.py.
+`mpmd_map`'s params: `jaxprs`: tuple of jaxprs (open, one per mesh),
+`meshes`: tuple of mesh records (`jax.pallas.sparsecore.VectorSubcoreMesh`,
+`jax.pallas.sparsecore.ScalarSubcoreMesh`, `jax.pallas.tpu.TensorCoreMesh`
+(0.11+); every field stored), `external_meshes`, `out_avals`,
+`input_output_aliases`, `interpret`, `compiler_params`, `debug`,
+`cost_estimate`, `metadata`, `name`.
+`run_scoped`'s `jaxpr` is stored open with constvars when the body closes
+over the enclosing kernel's refs (`CLOSURE_FROM_INPUTS_PARAMS`): its
+constvars are the equation's inputs, as JAX 0.10 holds it; JAX 0.11+
+readers attach the equation's input variables as its constants.
+"""
 
 # Primitives whose JAX name another primitive has too: the format's names
 # for them (jaxpr_io.compat.MODULE_PRIMITIVE_NAMES), the same on every
@@ -142,6 +206,24 @@ every release:
 | `mosaic_gpu.store` | `store` (0.12) | `jax._src.pallas.mosaic_gpu.primitives` |
 | `mosaic_gpu.semaphore_signal` | `semaphore_signal` | `jax._src.pallas.mosaic_gpu.primitives` |
 | `mosaic_gpu.semaphore_wait` | `semaphore_wait` | `jax._src.pallas.mosaic_gpu.primitives` |
+| `sparsecore.all_reduce_ffs` | `all_reduce_ffs` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.all_reduce_population_count` | `all_reduce_population_count` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.barrier` | `barrier` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.bitcast` | `bitcast` (0.10, 0.11) | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.gather` | `gather` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.load` | `load` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.masked_cummax` | `masked_cummax` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.masked_cummin` | `masked_cummin` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.masked_cumsum` | `masked_cumsum` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.masked_sort` | `masked_sort` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.pack` | `pack` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.parallel_loop` | `parallel_loop` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.sc_fetch_and_add` | `sc_fetch_and_add` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.scan_count` | `scan_count` (0.11+) | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.scatter` | `scatter` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.swap` | `swap` | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.unique` | `unique` (0.10) | `jax._src.pallas.mosaic.sc_primitives` |
+| `sparsecore.unpack` | `unpack` | `jax._src.pallas.mosaic.sc_primitives` |
 
 Kernel primitives that JAX 0.12 renamed keep their earlier names in files:
 `debug_barrier_p` (Triton), `wgmma_accumulator_deref_p`,
