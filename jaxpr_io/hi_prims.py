@@ -18,7 +18,8 @@ checks each stored value's type and allowed values, and calls the class
 with them: the rules are JAX's own code, so a loaded program's jit, grad,
 vmap and jvp behave as the original's. A class outside the table (the
 user's, from jax.experimental.hijax) holds the user's Python code and is
-refused at `dumps` (`refusal`).
+refused at `dumps` (`refusal`) unless both the writing and the loading
+process register it (`register_hi_primitive`), as with `register_primitive`.
 
 `dumps` rebuilds each object from the fields it stores and refuses it
 unless the rebuilt object equals the original (params, input and output
@@ -180,19 +181,49 @@ def refusal(value) -> str | None:
   return (f"the hi primitive {_describe(type(value))} is a class of its "
           "own, whose rules (expand, jvp, batch, vjp) are Python code that "
           "a file cannot hold. jaxpr_io stores only JAX's own hi primitives, "
-          f"listed in its table (jaxpr_io/hi_prims.py: {known}); express the operation with jax.numpy/lax, "
+          f"listed in its table (jaxpr_io/hi_prims.py: {known}), and "
+          "classes registered with jaxpr_io.register_hi_primitive by both "
+          "the writing and the loading process. Register it, or express the operation with jax.numpy/lax, "
           "or as a jax.custom_vjp/custom_jvp function, which jaxpr_io stores")
 
 
-def _register() -> None:
-  for name, cls in compat.ADAPTER.hi_prim_classes.items():
-    fields = _FIELDS[name]
-    register_param_codec(
-        cls, name=name,
-        encode=lambda prim, name=name, fields=fields: encode_hi_prim(
-            name, fields, prim),
-        decode=lambda stored, name=name, fields=fields, cls=cls:
-        decode_hi_prim(name, fields, cls, stored))
+def _register(cls: type, name: str, fields: tuple[Field, ...]) -> None:
+  register_param_codec(
+      cls, name=name,
+      encode=lambda prim: encode_hi_prim(name, fields, prim),
+      decode=lambda stored: decode_hi_prim(name, fields, cls, stored))
 
 
-_register()
+def _is_anything(cls, v) -> bool:
+  del cls, v
+  return True   # a user's class: its constructor checks its arguments
+
+
+def register_hi_primitive(cls: type, *, name: str,
+                          fields: tuple[str, ...] = ()) -> None:
+  """Makes objects of exactly `cls`, a user's hi primitive class
+  (jax.experimental.hijax), storable as `call_hi_primitive`'s `_prim`.
+
+  `cls(*in_avals, **{f: obj.params[f] for f in fields})` must rebuild an
+  object equal to `obj` (`dumps` checks it), and each such param must be a
+  storable value. The loading process MUST register the same class under
+  the same name before loading (loading never imports code): the class's
+  rules are the program's code, as a registered primitive's are.
+  """
+  bases = compat.ADAPTER.hi_prim_bases
+  if not bases:
+    raise ValueError("this JAX release has no hi primitives")
+  if not isinstance(cls, type) or not issubclass(cls, bases):
+    raise TypeError(f"expected a subclass of {bases[0].__qualname__}, got "
+                    f"{cls!r}")
+  if type(fields) is not tuple or not all(
+      type(f) is str and f.isidentifier() for f in fields):
+    raise TypeError(f"fields must be a tuple of keyword names, got "
+                    f"{fields!r}")
+  _register(cls, name, tuple(Field(f, _param(f), _is_anything,
+                                   "a value its constructor accepts")
+                             for f in fields))
+
+
+for _name, _cls in compat.ADAPTER.hi_prim_classes.items():
+  _register(_cls, _name, _FIELDS[_name])
