@@ -34,7 +34,6 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from jaxpr_io import compat
-from jaxpr_io import validate
 from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.registry import register_param_codec
@@ -164,7 +163,10 @@ def _construct(cls, name, in_avals, fields, values, error: type):
   kwargs = {field.name: value for field, value in zip(fields, values)}
   try:
     return cls(*in_avals, **kwargs)
-  except validate.DECODE_ERRORS as e:
+  except Exception as e:  # pylint: disable=broad-except
+    # The constructor is the class's own code (its checks, and JAX's shape
+    # rules it runs) on values from the file: whatever it raises means the
+    # values do not make an object of the class.
     raise error(f"hi primitive {name!r} cannot be built from in_avals "
                 f"{in_avals!r:.200} and {kwargs!r:.200}: "
                 f"{type(e).__name__}: {e}"[:1000]) from None
