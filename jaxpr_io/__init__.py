@@ -23,6 +23,7 @@ from jaxpr_io import jaxpr_thunks as _jaxpr_thunks  # noqa: F401
 from jaxpr_io import sharding as _sharding  # noqa: F401
 from jaxpr_io import sparse as _sparse  # noqa: F401
 from jaxpr_io.callbacks import register_callback
+from jaxpr_io.hi_prims import register_hi_primitive
 from jaxpr_io.pallas_fuser import register_fusion_dtype
 from jaxpr_io.program import Program, dumps, load, loads, save, trace
 from jaxpr_io.trust import DroppedParamWarning, register_ffi_target
@@ -37,7 +38,8 @@ __all__ = [
     "Program",
     "UnsupportedError", "__version__", "dumps", "load", "loads",
     "register_callback", "register_effect_codec",
-    "register_enum", "register_ffi_target", "register_fusion_dtype", "register_eqn_param_codec", "register_named_tuple",
+    "register_enum", "register_ffi_target", "register_fusion_dtype", "register_eqn_param_codec",
+    "register_hi_primitive", "register_named_tuple",
     "register_param_codec",
     "register_primitive", "save", "trace",
 ]

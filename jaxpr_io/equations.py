@@ -386,6 +386,15 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
         eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params, {},
                           e.source_info, e.ctx)
 
+  # Hi primitives: their `_prim` must type the equation (see
+  # validate.hi_primitive_types); only programs that use them pay.
+  if any(kinds[k].primitive.name == "call_hi_primitive" for k in used_kinds):
+    for i, e in enumerate(eqns):
+      if e.primitive.name == "call_hi_primitive":
+        problem = validate.hi_primitive_types(e)
+        if problem:
+          raise FormatError(f"equation {i} (call_hi_primitive): {problem}")
+
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.
   for k, count in used:

@@ -21,6 +21,7 @@ import numpy as np
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import dtypes
+from jaxpr_io import hi_prims  # registers JAX's hi primitive classes
 from jaxpr_io import pallas
 from jaxpr_io import records  # noqa: F401  (registers JAX's record codecs)
 from jaxpr_io import registry
@@ -487,6 +488,8 @@ def encode_value(w, v, out, depth: int = 0) -> None:
       encoder = encode_record
     elif isinstance(v, compat.Primitive):
       encoder = encode_primitive
+    elif (why := hi_prims.refusal(v)) is not None:
+      raise UnsupportedError(why)
     else:
       raise UnsupportedError(
           f"a param value of type {_describe(v)} ({_short_repr(v)}) cannot be "

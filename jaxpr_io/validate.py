@@ -151,7 +151,20 @@ def _debug_print(n_in, n_out, params):
   return None
 
 
+def _hi_primitive(n_in, n_out, params):
+  """call_hi_primitive: one input and output per leaf of its `_prim`'s
+  input and output avals (jaxpr_io/hi_prims.py builds `_prim`)."""
+  prim = params.get("_prim")
+  n_in_prim = len(getattr(prim, "in_avals_flat", ()))
+  n_out_prim = len(getattr(prim, "out_avals_flat", ()))
+  if n_in != n_in_prim or n_out != n_out_prim:
+    return (f"has {n_in} inputs and {n_out} outputs but its '_prim' "
+            f"takes {n_in_prim} and returns {n_out_prim}")
+  return None
+
+
 ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
+    "call_hi_primitive": _hi_primitive,
     "pure_callback": _flat_callback,
     "io_callback": _flat_callback,
     "debug_callback": _debug_callback,
@@ -269,6 +282,25 @@ def _pallas_call_types(eqn) -> str | None:
       if not _same_type(got, want):
         return (f"pallas_call {what} {i} has type {got}, but its block "
                 f"mapping is for {want}")
+  return None
+
+
+def hi_primitive_types(eqn) -> str | None:
+  """call_hi_primitive: its inputs and outputs have the shapes and dtypes
+  of its `_prim`'s flat input and output avals. JAX's abstract evaluation
+  returns the object's output avals without looking at the equation, and
+  its lowering (the object's `expand`) builds values of those types; a file
+  whose constructor arguments disagree with its outputs is refused on every
+  load (equations.build), not only by check=True."""
+  prim = eqn.params.get("_prim")
+  for what, verb, atoms, expected in (
+      ("input", "takes", eqn.invars, getattr(prim, "in_avals_flat", ())),
+      ("output", "returns", eqn.outvars,
+       getattr(prim, "out_avals_flat", ()))):
+    for i, (atom, want) in enumerate(zip(atoms, expected)):
+      if not _same_type(atom.aval, want):
+        return (f"{what} {i} has type {atom.aval}, but its '_prim' "
+                f"({type(prim).__name__}) {verb} {want}")
   return None
 
 

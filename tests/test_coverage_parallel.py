@@ -310,6 +310,8 @@ def test_unreduced_kind_field_is_checked():
 # tests/primitive_census.py's GAPS: programs JAX traces with these
 # primitives, which the format cannot hold yet. dumps must refuse them with
 # an UnsupportedError that names the equation, not write a broken file.
+# (call_hi_primitive itself is storable with JAX's own hi primitive classes,
+# tests/test_hiprims.py; a user's class, as here, is what stays refused.)
 def _user_hi_primitive(v):
   from jax._src import hijax  # pylint: disable=g-import-not-at-top
 

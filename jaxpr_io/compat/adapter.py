@@ -42,6 +42,15 @@ class Adapter:
   # (XLA bugs any JAX program can hit): `check=True` and the first call
   # refuse them instead. See validate.KNOWN_COMPILER_ABORTS.
   compiler_aborts: frozenset = frozenset()
+  # JAX's own hi primitive classes (the `_prim` param of
+  # `call_hi_primitive`) that this release defines: stable serialized name
+  # -> class. jaxpr_io/hi_prims.py stores exactly these; the names are part
+  # of the format and MUST stay the same across releases.
+  hi_prim_classes: dict[str, type] = {}
+  # The base class(es) of every hi primitive of this release, JAX's own and
+  # the user's (jax.experimental.hijax): what `dumps` refuses by name when
+  # a class is not in `hi_prim_classes`.
+  hi_prim_bases: tuple[type, ...] = ()
 
   def __init__(self):
     # Vocabulary names that `from_format` may change.

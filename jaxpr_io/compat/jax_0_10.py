@@ -21,6 +21,8 @@ The format's vocabulary (jaxpr_io/vocabulary.py) was first written from JAX
 from __future__ import annotations
 
 from jax._src import core as jax_core
+from jax._src import hijax as jax_hijax
+from jax._src.numpy import hijax as numpy_hijax
 
 from jaxpr_io import vocabulary
 from jaxpr_io.compat import pallas_pipeline
@@ -105,6 +107,11 @@ class Jax010(Adapter):
   # jaxlib 0.10's while-loop trip-count analysis takes `i + i` for
   # `i + constant` and fails a CHECK (found by tests/fuzz; fixed by 0.12).
   compiler_aborts = frozenset({"while_self_add_induction"})
+  # VJPHiPrimitive subclasses that no jax.numpy function binds yet (their
+  # functions in jax._src.numpy.hijax do; jnp.searchsorted expands them).
+  hi_prim_classes = {"jax.numpy.SearchSorted": numpy_hijax.SearchSorted,
+                     "jax.numpy.Nonzero": numpy_hijax.Nonzero}
+  hi_prim_bases = (jax_hijax.VJPHiPrimitive,)
 
   def new_future(self, inner_aval, done):
     # 0.10's futures hold only their value: the `core.Future` that

@@ -28,8 +28,10 @@ import inspect
 
 from jax._src import api as jax_api
 from jax._src import core as jax_core
+from jax._src import hijax as jax_hijax
 from jax._src import layout as jax_layout
 from jax._src.lax import lax as lax_internal
+from jax._src.numpy import hijax as numpy_hijax
 from jax._src import flattree as ft
 from jax._src import tree_util
 from jax._src import util as jax_util
@@ -273,6 +275,11 @@ class Jax011(Adapter):
                             pallas_pipeline.emit_pipeline_from_format(
                                 "0.11"))}
   record_codecs = _RECORD_CODECS
+  # HiPrim subclasses (0.10's two, now on the new base class); no
+  # jax.numpy function binds them yet in 0.11.
+  hi_prim_classes = {"jax.numpy.SearchSorted": numpy_hijax.SearchSorted,
+                     "jax.numpy.Nonzero": numpy_hijax.Nonzero}
+  hi_prim_bases = (jax_hijax.HiPrim,)
 
   def future_done(self, aval):
     # `done_fun` is the done primitive's bound `bind` (parallel.py's
