@@ -212,3 +212,13 @@ def test_a_bwd_that_disagrees_with_the_equation_is_a_format_error():
       decode(tuple(value), dict(params, bwd=bwd))
   with pytest.raises(jaxpr_io.FormatError, match="backward rule takes"):
     custom_lin.decode_bwd(stored, dict(params, num_res=2))
+
+
+def test_an_equation_that_disagrees_with_its_params_is_a_format_error():
+  params, _, eqn = _stored_bwd()
+  prim = eqn.primitive
+  validate.check_equation("custom_lin", prim, 2, 1, params)  # as stored
+  for n_in, n_out in ((1, 1), (3, 1), (2, 2)):
+    with pytest.raises(jaxpr_io.FormatError,
+                       match="custom_lin has .* inputs and .* outputs, but"):
+      validate.check_equation("custom_lin", prim, n_in, n_out, params)
