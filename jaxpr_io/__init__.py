@@ -15,6 +15,7 @@ from jaxpr_io import checks as _checks  # noqa: F401
 from jaxpr_io import pallas as _pallas  # noqa: F401
 from jaxpr_io import pallas_sparsecore as _pallas_sparsecore  # noqa: F401
 from jaxpr_io import custom_rules as _custom_rules  # noqa: F401
+from jaxpr_io import custom_lin as _custom_lin  # noqa: F401
 from jaxpr_io import library_codecs as _library_codecs  # noqa: F401
 from jaxpr_io import custom_vmap as _custom_vmap  # noqa: F401
 from jaxpr_io import thunky as _thunky  # noqa: F401

@@ -188,7 +188,7 @@ def _all_patterns(n: int) -> tuple[tuple[bool, ...], ...]:
   return tuple(itertools.product((False, True), repeat=n))
 
 
-def _symbolic_patterns(avals, eqn: _Eqn, what: str, fixed: bool):
+def symbolic_patterns(avals, eqn: _Eqn, what: str, fixed: bool):
   """The patterns of symbolic zeros (or perturbations) JAX can ask a rule
   for: one bool per aval, where the avals that are not floating point
   always have `fixed` (JAX gives integer and boolean values symbolic-zero
@@ -262,7 +262,7 @@ def _check_consts(consts, rule: str, fun, eqn: _Eqn) -> None:
         "it; pass those values to the custom function as arguments instead")
 
 
-def _encode_debug(info) -> tuple:
+def encode_debug(info) -> tuple:
   if type(info.traced_for) is not str or type(info.func_src_info) is not str:
     raise UnsupportedError(f"rule debug info {info!r} has no name to store")
   names = info.arg_names
@@ -272,7 +272,7 @@ def _encode_debug(info) -> tuple:
           None if names is None else tuple(names))
 
 
-def _decode_debug(stored):
+def decode_debug(stored):
   if (type(stored) is not tuple or len(stored) != 3
       or type(stored[0]) is not str or type(stored[1]) is not str
       or not (stored[2] is None or (type(stored[2]) is tuple and all(
@@ -316,11 +316,16 @@ def _marked_definition(value: tuple) -> tuple:
   kind, key, debug, rules = value
   if kind != "bwd":
     return value
-  return (kind, key, debug, tuple(
+  return (kind, key, debug, mark_bwd_rules(rules))
+
+
+def mark_bwd_rules(rules: tuple) -> tuple:
+  """Stored backward rules with their `zero_types` marked open."""
+  return tuple(
       rule if len(rule) == 2  # a pattern the rule raises for
       else (rule[0], rule[1], rule[2],
             None if rule[3] is None else _OpenJaxpr(rule[3]))
-      for rule in rules))
+      for rule in rules)
 
 
 def _fingerprint(value) -> str:
@@ -591,6 +596,37 @@ class _FwdRule(_Definer):
     return rule
 
 
+def call_bwd_table(table: dict, n_out: int, symbolic_zeros: bool, name: str,
+                   args) -> Any:
+  """What a `bwd` rebuilt from `table` (`decode_bwd_table`) returns for
+  residuals and `n_out` output cotangents `args`: the input cotangents
+  (some `ad.Zero`), in the form the running release expects."""
+  n_res = len(args) - n_out
+  res, cts = args[:n_res], args[n_res:]
+  if symbolic_zeros:
+    pattern = tuple(jcr.is_zero(c) for c in cts)
+    nonzero = [c for c in cts if not jcr.is_zero(c)]
+  else:
+    # JAX instantiates cotangents for these rules; so do we, should a
+    # caller pass a symbolic zero anyway.
+    pattern = (False,) * n_out
+    nonzero = [jcr.zeros_like_aval(c.aval) if jcr.is_zero(c) else c
+               for c in cts]
+  rule = table.get(pattern)
+  if rule is None:
+    raise UnsupportedError(
+        f"the backward rule of custom_vjp function {name!r} was "
+        f"saved for the zero-cotangent patterns {sorted(table)}, but "
+        f"JAX asks for {pattern}")
+  if type(rule) is RaisingRule:
+    rule.throw()
+  jaxpr, consts, mask, zero_avals = rule
+  outs = iter(jcr.eval_jaxpr(jaxpr, consts, *res, *nonzero))
+  zeros = iter(zero_avals)
+  return jcr.bwd_result([jcr.Zero(next(zeros)) if z else next(outs)
+                         for z in mask])
+
+
 class _BwdRule(_Definer):
   """`bwd`: (*residuals, *cotangents) -> input cotangents (some ad.Zero)."""
 
@@ -598,30 +634,8 @@ class _BwdRule(_Definer):
   __slots__ = ("rules", "record", "n_res", "n_out", "symbolic_zeros")
 
   def __call__(self, *args):
-    n_res = len(args) - self.n_out
-    res, cts = args[:n_res], args[n_res:]
-    if self.symbolic_zeros:
-      pattern = tuple(jcr.is_zero(c) for c in cts)
-      nonzero = [c for c in cts if not jcr.is_zero(c)]
-    else:
-      # JAX instantiates cotangents for these rules; so do we, should a
-      # caller pass a symbolic zero anyway.
-      pattern = (False,) * self.n_out
-      nonzero = [jcr.zeros_like_aval(c.aval) if jcr.is_zero(c) else c
-                 for c in cts]
-    rule = self.rules.get(pattern)
-    if rule is None:
-      raise UnsupportedError(
-          f"the backward rule of custom_vjp function {self.eqn_name!r} was "
-          f"saved for the zero-cotangent patterns {sorted(self.rules)}, but "
-          f"JAX asks for {pattern}")
-    if type(rule) is RaisingRule:
-      rule.throw()
-    jaxpr, consts, mask, zero_avals = rule
-    outs = iter(jcr.eval_jaxpr(jaxpr, consts, *res, *nonzero))
-    zeros = iter(zero_avals)
-    return jcr.bwd_result([jcr.Zero(next(zeros)) if z else next(outs)
-                           for z in mask])
+    return call_bwd_table(self.rules, self.n_out, self.symbolic_zeros,
+                          self.eqn_name, args)
 
 
 class _VjpRuleRef(_Ref):
@@ -747,12 +761,12 @@ def encode_jvp_rule(fun, params: dict):
     return rule.encode()
   eqn = _Eqn("custom_jvp", params, UnsupportedError)
   _check_wrapped(fun, eqn, "jvp_jaxpr_fun")
-  debug = _encode_debug(fun.debug_info)
+  debug = encode_debug(fun.debug_info)
   if not eqn.in_avals:
     return ("jvp", _inputless_key("custom_jvp", eqn, debug), debug, ())
   if eqn.symbolic_zeros:
-    patterns = _symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
-                                  "differentiable inputs", True)
+    patterns = symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
+                                 "differentiable inputs", True)
   else:
     # JVPTrace and LinearizeTrace instantiate zero tangents for these
     # rules, so `lift_jvp` only ever asks for the all-False pattern.
@@ -774,7 +788,7 @@ def _decode_stored(stored, params: dict, family: str, kind: str, what: str,
   eqn = _Eqn(family, params, FormatError)
   stored = _unpack(stored, {kind: 4, f"{kind}_ref": 3}, what)
   key = _key(stored[1])
-  debug_info = _decode_debug(stored[2])
+  debug_info = decode_debug(stored[2])
   if stored[0] == f"{kind}_ref":
     return eqn, key, debug_info, None, _wrap(ref_cls(stored, key, eqn),
                                                debug_info)
@@ -838,8 +852,8 @@ class _VjpAnalysis:
     if not callable(self.out_trees):
       raise UnsupportedError(f"out_trees of custom_vjp function {eqn.name!r} "
                              "is not callable")
-    self.fwd_debug = _encode_debug(self.fwd_fun.debug_info)
-    self.bwd_debug = _encode_debug(self.bwd_fun.debug_info)
+    self.fwd_debug = encode_debug(self.fwd_fun.debug_info)
+    self.bwd_debug = encode_debug(self.bwd_fun.debug_info)
     if not eqn.in_avals:
       self.fwd_rules, self.out_info, self.res_avals = (), (0, 0, ()), []
       self.ct_patterns, self.bwd_rules = (), []
@@ -848,8 +862,8 @@ class _VjpAnalysis:
       return
     self._forward()
     if eqn.symbolic_zeros:
-      self.ct_patterns = _symbolic_patterns(eqn.call_jaxpr.out_avals, eqn,
-                                            "differentiable outputs", True)
+      self.ct_patterns = symbolic_patterns(eqn.call_jaxpr.out_avals, eqn,
+                                           "differentiable outputs", True)
     else:
       # `_custom_lin_transpose` instantiates zero cotangents for these.
       self.ct_patterns = ((False,) * eqn.n_out,)
@@ -863,8 +877,8 @@ class _VjpAnalysis:
   def _forward(self) -> None:
     eqn = self.eqn
     if eqn.symbolic_zeros:
-      calls = _symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
-                                 "differentiable inputs", False)
+      calls = symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
+                                "differentiable inputs", False)
       keys = calls
     else:
       # `_flatten_fwd` drops the pattern when symbolic_zeros=False: one
@@ -923,55 +937,66 @@ class _VjpAnalysis:
 
   def _trace_bwd(self, pattern) -> tuple:
     eqn = self.eqn
+    # `_custom_lin_transpose` passes cotangents of these types.
     ct_avals = [a.to_ct_aval() for a in eqn.call_jaxpr.out_avals]
-    n_res = len(self.res_avals)
-    zeros: list = []
-    bwd = self.bwd_fun
-
-    def backward(*args):
-      nonzero = iter(args[n_res:])
-      cts = [jcr.SymbolicZero(a) if z else next(nonzero)
-             for a, z in zip(ct_avals, pattern)]
-      outs, logs = jcr.call_bwd(bwd, *args[:n_res], *cts)
-      if logs is not None:
-        raise UnsupportedError(
-            f"the backward rule {bwd.debug_info.func_name!r} of custom_vjp "
-            f"function {eqn.name!r} returns backward-pass logs "
-            "(defvjp_with_logs, custom_gradient(with_logs=True)), which "
-            "jaxpr_io cannot store; save the program without logging, or "
-            "log only where it is not saved")
-      if len(outs) != eqn.n_in:
-        raise TypeError(f"it returned {len(outs)} cotangents for "
-                        f"{eqn.n_in} inputs")
-      zeros[:] = [o.aval if jcr.is_zero(o) else None for o in outs]
-      return [o for o in outs if not jcr.is_zero(o)]
-
-    in_avals = [*self.res_avals,
-                *(a for a, z in zip(ct_avals, pattern) if not z)]
-    try:
-      jaxpr, consts = jcr.trace_flat(backward, in_avals, bwd.debug_info)
-    except UnsupportedError:
-      raise
-    except Exception as e:  # pylint: disable=broad-except
-      # The user's rule runs here and may raise anything; the loaded rule
-      # raises it when JAX asks for this pattern, as the original does.
-      return (pattern, raised_error(e))
-    _check_consts(consts, "backward rule", bwd, eqn)
-    mask = tuple(a is not None for a in zeros)
-    zero_avals = [a for a in zeros if a is not None]
-    zero_types = None
-    if zero_avals:
-      binders = [compat.Var(a) for a in zero_avals]
-      zero_types = compat.new_jaxpr([], binders, binders, [],
-                                    compat.no_effects, _ZERO_TYPES_DEBUG,
-                                    False)
-    return (pattern, compat.make_closed(jaxpr, consts), mask, zero_types)
+    return trace_bwd(self.bwd_fun, eqn, self.res_avals, ct_avals, pattern)
 
   def all_bwd_rules(self) -> tuple:
     while len(self.bwd_rules) < len(self.ct_patterns):
       self.bwd_rules.append(
           self._trace_bwd(self.ct_patterns[len(self.bwd_rules)]))
     return tuple(self.bwd_rules)
+
+
+def trace_bwd(bwd, eqn, res_avals, ct_avals, pattern) -> tuple:
+  """A stored backward rule for one pattern of zero cotangents `pattern`:
+  `(pattern, closed jaxpr, cts_in_zeros, zero_types)`, or `(pattern,
+  error)` when the rule raises as it is traced (see the module docstring).
+  `bwd` is called on residuals of types `res_avals` and the cotangents of
+  types `ct_avals` (symbolic zeros where `pattern` says) and must return
+  `eqn.n_in` input cotangents; `eqn` names the function in messages
+  (`kind`, `name`)."""
+  n_res = len(res_avals)
+  zeros: list = []
+
+  def backward(*args):
+    nonzero = iter(args[n_res:])
+    cts = [jcr.SymbolicZero(a) if z else next(nonzero)
+           for a, z in zip(ct_avals, pattern)]
+    outs, logs = jcr.call_bwd(bwd, *args[:n_res], *cts)
+    if logs is not None:
+      raise UnsupportedError(
+          f"the backward rule {bwd.debug_info.func_name!r} of custom_vjp "
+          f"function {eqn.name!r} returns backward-pass logs "
+          "(defvjp_with_logs, custom_gradient(with_logs=True)), which "
+          "jaxpr_io cannot store; save the program without logging, or "
+          "log only where it is not saved")
+    if len(outs) != eqn.n_in:
+      raise TypeError(f"it returned {len(outs)} cotangents for "
+                      f"{eqn.n_in} inputs")
+    zeros[:] = [o.aval if jcr.is_zero(o) else None for o in outs]
+    return [o for o in outs if not jcr.is_zero(o)]
+
+  in_avals = [*res_avals,
+              *(a for a, z in zip(ct_avals, pattern) if not z)]
+  try:
+    jaxpr, consts = jcr.trace_flat(backward, in_avals, bwd.debug_info)
+  except UnsupportedError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # The user's rule runs here and may raise anything; the loaded rule
+    # raises it when JAX asks for this pattern, as the original does.
+    return (pattern, raised_error(e))
+  _check_consts(consts, "backward rule", bwd, eqn)
+  mask = tuple(a is not None for a in zeros)
+  zero_avals = [a for a in zeros if a is not None]
+  zero_types = None
+  if zero_avals:
+    binders = [compat.Var(a) for a in zero_avals]
+    zero_types = compat.new_jaxpr([], binders, binders, [],
+                                  compat.no_effects, _ZERO_TYPES_DEBUG,
+                                  False)
+  return (pattern, compat.make_closed(jaxpr, consts), mask, zero_types)
 
 
 _ZERO_TYPES_DEBUG = compat.DebugInfo("jaxpr_io", "zero_cotangent_types", None,
@@ -1098,12 +1123,11 @@ def decode_fwd_rule(stored, params: dict):
   return _wrap(rule, debug_info)
 
 
-def decode_bwd_rule(stored, params: dict):
-  """The `bwd` of a stored value: an `lu.WrappedFun`."""
-  eqn, key, debug_info, rules, ref = _decode_stored(
-      stored, params, "custom_vjp", "bwd", "backward rule", _BwdRef)
-  if ref is not None:
-    return ref
+def decode_bwd_table(rules: tuple, eqn) -> tuple[dict, int | None]:
+  """(pattern -> (jaxpr, consts, cts_in_zeros, zero avals) or RaisingRule,
+  residual count or None when every pattern raises) of stored backward
+  rules (see the module docstring), checked against `eqn`'s `n_in`, `n_out`
+  and `symbolic_zeros`; `eqn.name` names the function in messages."""
   table = {}
   n_res = None
   for i, rule in enumerate(rules):
@@ -1144,6 +1168,16 @@ def decode_bwd_rule(stored, params: dict):
       (False,) * eqn.n_out]:
     raise FormatError("a backward rule with symbolic_zeros=False is stored "
                       "for the all-False pattern only")
+  return table, n_res
+
+
+def decode_bwd_rule(stored, params: dict):
+  """The `bwd` of a stored value: an `lu.WrappedFun`."""
+  eqn, key, debug_info, rules, ref = _decode_stored(
+      stored, params, "custom_vjp", "bwd", "backward rule", _BwdRef)
+  if ref is not None:
+    return ref
+  table, n_res = decode_bwd_table(rules, eqn)
   rule = _BwdRule(stored, key, eqn)
   rule.rules = table
   rule.bodies = [r[1] for r in rules if len(r) == 4]

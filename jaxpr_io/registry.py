@@ -200,19 +200,28 @@ class EqnParamCodec:
 
 
 EQN_PARAM_CODECS: dict[tuple[str, str], EqnParamCodec] = {}
+# Primitives (serialized names) with a codec registered with
+# `needs_in_avals=True`.
+INPUT_TYPED_PRIMITIVES: set[str] = set()
 
 
 def register_eqn_param_codec(primitive: str, param: str, *,
                              encode: Callable[[Any, dict], Any],
-                             decode: Callable[[Any, dict], Any]) -> None:
+                             decode: Callable[[Any, dict], Any],
+                             needs_in_avals: bool = False) -> None:
   """Stores param `param` of primitive `primitive` (serialized names) with
   `encode`/`decode` instead of the codec of its Python type. For params whose
-  values are callables or rules that can be traced or named."""
+  values are callables or rules that can be traced or named. With
+  `needs_in_avals`, `encode` may call `jaxpr_io.writer.equation_in_avals()`
+  for the equation's input types (e.g. to trace a rule at them), and
+  equations whose inputs differ in type never share a param set."""
   key = (primitive, param)
   if key in EQN_PARAM_CODECS:
     raise ValueError(f"param {param!r} of {primitive!r} already has "
                      f"{EQN_PARAM_CODECS[key]!r}")
   EQN_PARAM_CODECS[key] = EqnParamCodec(key, encode, decode)
+  if needs_in_avals:
+    INPUT_TYPED_PRIMITIVES.add(primitive)
 
 
 for _key, _rebuild in compat.DERIVED_PARAMS.items():

@@ -163,8 +163,26 @@ def _hi_primitive(n_in, n_out, params):
   return None
 
 
+def _custom_lin(n_in, n_out, params):
+  """custom_lin takes the residuals and the tangents that are not symbolic
+  zeros, and returns one tangent per out_aval (its transpose and abstract
+  evaluation assume it; jaxpr_io/custom_lin.py checks its bwd against
+  these params)."""
+  num_res, in_zeros, out_avals = (params.get(k) for k in (
+      "num_res", "in_zeros", "out_avals"))
+  if (type(num_res) is not int or type(in_zeros) is not list
+      or type(out_avals) is not list):
+    return "params num_res/in_zeros/out_avals are wrong"
+  if n_in != num_res + in_zeros.count(False) or n_out != len(out_avals):
+    return (f"has {n_in} inputs and {n_out} outputs, but num_res={num_res}, "
+            f"{in_zeros.count(False)} non-zero tangents (in_zeros) and "
+            f"{len(out_avals)} out_avals")
+  return None
+
+
 ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
     "call_hi_primitive": _hi_primitive,
+    "custom_lin": _custom_lin,
     "pure_callback": _flat_callback,
     "io_callback": _flat_callback,
     "debug_callback": _debug_callback,

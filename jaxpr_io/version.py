@@ -127,6 +127,12 @@ Changelog (newest last):
     `jax.experimental.layout.Layout` record), which `relayout` gives its
     output; readers on JAX releases whose arrays carry no layout (0.10)
     refuse such files. Readers of version 7 read versions 1 to 6.
+  * 2026-11-25, later additions to version 7 (no schema change; a version 7
+    reader from before them refuses such a file, naming the param it has no
+    codec for): the param codecs of `custom_lin`'s `bwd` (its backward
+    rule as jaxprs, one per pattern of zero cotangents, in the form of
+    `custom_vjp_call`'s backward rules), `out_avals` and `in_zeros` (lists,
+    stored as tuples; jaxpr_io/custom_lin.py).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ rebuilds the same sharing (which JAX's printer shows as `let` bindings).
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from typing import Any
 
@@ -138,6 +139,23 @@ def _same_bytes(a: memoryview, b: memoryview) -> bool:
              for i in range(0, len(x), step))
 
 
+class _EquationInputs(threading.local):
+  """The input types of the equation whose params are being encoded, for
+  the codecs registered with `needs_in_avals=True` (None otherwise)."""
+
+  def __init__(self):
+    self.in_avals = None
+
+
+_EQUATION = _EquationInputs()
+
+
+def equation_in_avals() -> tuple | None:
+  """The input types of the equation whose params are being encoded, for a
+  param codec registered with `needs_in_avals=True`; None for other codecs."""
+  return _EQUATION.in_avals
+
+
 class Writer:
   """Builds one `Program` message and its data section."""
 
@@ -235,45 +253,59 @@ class Writer:
                                   num_invars=n_in, num_outvars=n_out)
     return index
 
-  def param_set(self, name: str, values: dict) -> int:
-    """Index of an equation's params in the param-set table."""
+  def param_set(self, name: str, values: dict, in_avals=None) -> int:
+    """Index of an equation's params in the param-set table. `in_avals`:
+    the equation's input types, for primitives whose param codecs need them
+    (`registry.register_eqn_param_codec(needs_in_avals=True)`); they are
+    part of the key, and `equation_in_avals()` gives them to the codecs."""
     key = (name, tuple([(k, _value_key(v)) for k, v in values.items()]))
+    if in_avals is not None:
+      key = (key, tuple([_value_key(a) for a in in_avals]))
     index = self._param_sets.get(key)
     if index is None:
-      message = pb.ParamSet()
-      add = message.params.add
-      outer_slot = self.open_jaxpr_slot  # param sets nest through jaxprs
-      for k, v in values.items():
-        param = add(name=self.string(k))
-        self.open_jaxpr_slot = vocabulary.holds_open_jaxpr(name, k)
-        self.closure_from_inputs_slot = (
-            (name, k) in vocabulary.CLOSURE_FROM_INPUTS_PARAMS)
-        try:
-          codec = registry.EQN_PARAM_CODECS.get((name, k))
-          if codec is None:
-            params.encode_value(self, v, param.value)
-          else:
-            params.encode_value(self, codec.encode(v, values),
-                                param.value.param_codec)
-        except UnsupportedError as e:
-          raise UnsupportedError(f"param {k!r}: {e}") from None
-        except (TypeError, ValueError) as e:
-          # A codec that cannot handle this value: name the place too.
-          raise UnsupportedError(
-              f"param {k!r}: {type(e).__name__}: {e}") from None
-        finally:
-          self.open_jaxpr_slot = outer_slot
-          self.closure_from_inputs_slot = False
-      self._keepalive.append(values)  # `key` holds ids of its values
-      # Equal values that are distinct objects (two equal shardings) give
-      # equal bytes: store them once, as a reader shares them (see
-      # `params.decode_value`), so that a re-dump writes the same table.
-      encoded = (name, message.SerializeToString())
-      index = self._param_set_bytes.get(encoded)
-      if index is None:
-        index = self._param_set_bytes[encoded] = len(self.msg.param_sets)
-        self.msg.param_sets.append(message)
-      self._param_sets[key] = index
+      saved_avals = _EQUATION.in_avals
+      _EQUATION.in_avals = in_avals
+      try:
+        index = self._new_param_set(key, name, values)
+      finally:
+        _EQUATION.in_avals = saved_avals
+    return index
+
+  def _new_param_set(self, key, name: str, values: dict) -> int:
+    message = pb.ParamSet()
+    add = message.params.add
+    outer_slot = self.open_jaxpr_slot  # param sets nest through jaxprs
+    for k, v in values.items():
+      param = add(name=self.string(k))
+      self.open_jaxpr_slot = vocabulary.holds_open_jaxpr(name, k)
+      self.closure_from_inputs_slot = (
+          (name, k) in vocabulary.CLOSURE_FROM_INPUTS_PARAMS)
+      try:
+        codec = registry.EQN_PARAM_CODECS.get((name, k))
+        if codec is None:
+          params.encode_value(self, v, param.value)
+        else:
+          params.encode_value(self, codec.encode(v, values),
+                              param.value.param_codec)
+      except UnsupportedError as e:
+        raise UnsupportedError(f"param {k!r}: {e}") from None
+      except (TypeError, ValueError) as e:
+        # A codec that cannot handle this value: name the place too.
+        raise UnsupportedError(
+            f"param {k!r}: {type(e).__name__}: {e}") from None
+      finally:
+        self.open_jaxpr_slot = outer_slot
+        self.closure_from_inputs_slot = False
+    self._keepalive.append((values, key))  # `key` holds ids of its values
+    # Equal values that are distinct objects (two equal shardings) give
+    # equal bytes: store them once, as a reader shares them (see
+    # `params.decode_value`), so that a re-dump writes the same table.
+    encoded = (name, message.SerializeToString())
+    index = self._param_set_bytes.get(encoded)
+    if index is None:
+      index = self._param_set_bytes[encoded] = len(self.msg.param_sets)
+      self.msg.param_sets.append(message)
+    self._param_sets[key] = index
     return index
 
   def _encode_aval(self, aval, out) -> None:
@@ -693,8 +725,10 @@ class _JaxprEncoder:
       else:
         self.bind(v)
       outvars.append(w.aval(v.aval))
+    in_avals = (tuple([a.aval for a in eqn.invars])
+                if name in registry.INPUT_TYPED_PRIMITIVES else None)
     columns.kinds.append(w.equation_kind(
-        name, w.param_set(name, eqn_params), len(eqn.invars),
+        name, w.param_set(name, eqn_params, in_avals), len(eqn.invars),
         len(eqn.outvars)))
     if eqn.effects:
       self.effects(eqn.effects, columns.effects.add(equation=i).effects)

@@ -117,10 +117,6 @@ GAPS: dict[str, str] = {
                            "`propagate_user_sharding` and `decode_shardings` "
                            "are Python functions: codecs (registered names, "
                            "or jaxprs for `call`)",
-    "custom_lin": "(in linearized custom_vjp programs) its `bwd` is the "
-                  "custom_vjp's backward rule as a WrappedFun: the codec of "
-                  "custom_vjp_call's `bwd` (jaxpr_io/custom_rules.py) "
-                  "extended to it",
 }
 
 

@@ -507,20 +507,14 @@ def test_a_linear_call_whose_transpose_fails_to_trace_is_refused():
     jaxpr_io.dumps(prog)
 
 
-def _with_custom_lin(x):
-  f = jax.custom_vjp(jnp.sin)
-  f.defvjp(lambda v: (jnp.sin(v), jnp.cos(v)), lambda r, g: (g * r,))
-  return jax.linearize(f, x)[1](x)
-
-
 def _with_call_exported(x):
   exported = jax.export.export(jax.jit(jnp.sin))(x)
   return exported.call(x)
 
 
 @pytest.mark.parametrize("f,primitive,param", [
+    # custom_lin is storable: tests/test_custom_lin.py.
     (_with_custom_partitioning, "custom_partitioning", "partition"),
-    (_with_custom_lin, "custom_lin", "bwd"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_param_gaps_are_refused_naming_the_param(f, primitive, param):
   from tests import primitive_census  # pylint: disable=g-import-not-at-top
