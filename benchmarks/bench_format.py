@@ -58,6 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jaxpr_io  # noqa: E402
 import jaxpr_io.container  # noqa: E402
 import jaxpr_io.reader  # noqa: E402
+import jaxpr_io.tree_read  # noqa: E402
 from jaxpr_io import compat  # noqa: E402
 
 TARGET_RATIO = 20.0
@@ -405,9 +406,9 @@ LOADS_STAGES = (
                                 ("decode_contexts", jaxpr_io.reader.Reader,
                                  "decode_contexts"))),
     ("jaxprs (equations)", (("build_jaxprs", jaxpr_io.reader.Reader, "build_jaxprs"),)),
-    ("trees (signature)", (("decode_call_signature", jaxpr_io.pytrees,
+    ("trees (signature)", (("decode_call_signature", jaxpr_io.tree_read,
                             "decode_call_signature"),
-                           ("decode_treedef", jaxpr_io.pytrees, "decode_treedef"))),
+                           ("decode_treedef", jaxpr_io.tree_read, "decode_treedef"))),
 )
 
 

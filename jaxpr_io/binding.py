@@ -6,10 +6,11 @@ saves as the original with those inputs closed over. The new `in_tree` is
 the original's with the bound arguments left out.
 
 A bound value is matched against the argument's part of the signature by
-*call paths* (pytrees.call_path, compared as text): attribute keys, dict keys
-and indices are interchangeable, so a Flax `FrozenDict`, an Equinox module, a
-checkpoint restored as nested dicts, or a flat mapping from key-path text to
-arrays (`FlatSource`, what an `.npz` holds) all bind the same argument.
+*call paths* (tree_calls.call_path, compared as text): attribute keys, dict
+keys and indices are interchangeable, so a Flax `FrozenDict`, an Equinox
+module, a checkpoint restored as nested dicts, or a flat mapping from key-path
+text to arrays (`FlatSource`, what an `.npz` holds) all bind the same
+argument.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import jax
 import numpy as np
 
 from jaxpr_io import compat
-from jaxpr_io import pytrees
 from jaxpr_io import static
+from jaxpr_io import tree_calls
+from jaxpr_io import tree_nodes
+from jaxpr_io import tree_read
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import UnsupportedError
@@ -108,7 +111,7 @@ def _given_leaves(value, head: tuple[str, ...], where: str
       value, is_leaf=lambda x: isinstance(x, static.Static))
   given = {}
   for path, leaf in pairs:
-    text = _text_path(pytrees.call_path(path))
+    text = _text_path(tree_calls.call_path(path))
     if text in given:
       raise TypeError(f"bind {where}: two leaves at the key path "
                       f"{jax.tree_util.keystr(tuple(path))}")
@@ -118,12 +121,12 @@ def _given_leaves(value, head: tuple[str, ...], where: str
 
 def _match(arg_def, value, head: tuple[str, ...], where: str, avals) -> list:
   """The constants for one bound argument, in its leaves' order."""
-  paths = pytrees.leaf_paths(arg_def)
+  paths = tree_calls.leaf_paths(arg_def)
   given = _given_leaves(value, head, where)
   statics = {_text_path(p) for p in static.static_paths(arg_def)}
   leaves = []
   for path, aval in zip(paths, avals):
-    text = _text_path(pytrees.call_path(path))
+    text = _text_path(tree_calls.call_path(path))
     shown = where + jax.tree_util.keystr(tuple(path))
     if any(type(d) is symbolic.DimExpr for d in aval.shape):
       raise UnsupportedError(
@@ -172,18 +175,18 @@ def _new_in_tree(in_tree, n_args: int, kw_names) -> Any:
   keyword arguments. A tree loaded with plain containers standing in for
   missing types is rebuilt from the nodes it was read from, so that the
   bound program saves those types' names as the file had them."""
-  node = pytrees._remembered_node(in_tree)  # pylint: disable=protected-access
+  node = tree_nodes._remembered_node(in_tree)  # pylint: disable=protected-access
   if node is not None:
     args_node, kwargs_node = node.children
     keep = [i for i, k in enumerate(kwargs_node.keys) if k not in kw_names]
-    new = pytrees.Node("tuple", (
-        pytrees.Node("tuple", args_node.children[n_args:]),
-        pytrees.Node("dict", tuple(kwargs_node.children[i] for i in keep),
-                     keys=tuple(kwargs_node.keys[i] for i in keep))))
+    new = tree_nodes.Node("tuple", (
+        tree_nodes.Node("tuple", args_node.children[n_args:]),
+        tree_nodes.Node("dict", tuple(kwargs_node.children[i] for i in keep),
+                        keys=tuple(kwargs_node.keys[i] for i in keep))))
     fallbacks: list = []
-    tree = pytrees._build(new, (), fallbacks)  # pylint: disable=protected-access
+    tree = tree_read._build(new, (), fallbacks)  # pylint: disable=protected-access
     if fallbacks:
-      pytrees._remember(tree, new, fallbacks)  # pylint: disable=protected-access
+      tree_nodes._remember(tree, new, fallbacks)  # pylint: disable=protected-access
     return tree
   args_def, kwargs_def = in_tree.children()
   names = kwargs_def.node_data()[1]
@@ -199,7 +202,7 @@ def bind(prog, args: tuple, kwargs: dict):
   """`Program.bind` (see there)."""
   from jaxpr_io.program import Program  # pylint: disable=g-import-not-at-top
   in_tree = prog.in_tree
-  if not pytrees.is_call_signature(in_tree):
+  if not tree_calls.is_call_signature(in_tree):
     raise UnsupportedError(
         f"bind needs a program whose inputs are (args, kwargs); this one "
         f"takes {in_tree}")

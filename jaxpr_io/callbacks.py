@@ -65,7 +65,7 @@ import numpy as np
 from jaxpr_io import compat
 from jaxpr_io import registry
 from jaxpr_io.compat import callbacks as compat_cb
-from jaxpr_io.pytrees import is_call_signature
+from jaxpr_io.tree_calls import is_call_signature
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 # ------------------------------------------------------------- registry

@@ -18,7 +18,7 @@ The same table names the library packages whose classes a file may ask
 for (`LIBRARY_PACKAGES`): a pytree node type of module `lineax._operator`
 (an Equinox module, say) may be looked up after importing `lineax`, the
 package's module from this table, never the module the file names
-(jaxpr_io/pytrees.py). The codecs of those libraries' values are in
+(jaxpr_io/tree_read.py). The codecs of those libraries' values are in
 jaxpr_io/library_codecs.py.
 
 `jaxpr_io.register_primitive` stays for every other primitive.

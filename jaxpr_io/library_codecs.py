@@ -7,7 +7,7 @@ params of the primitives that Equinox's filter primitives make.
 An Equinox module is a pytree node whose auxdata is a tuple: Equinox's
 `Missing` sentinel (or the wrapped function's attributes), then the values
 of its static fields. With these records that auxdata is plain data, so the
-node is stored exactly (a GENERIC node with its auxdata, jaxpr_io/pytrees.py)
+node is stored exactly (a GENERIC node with its auxdata, jaxpr_io/tree_write.py)
 and comes back as its own class wherever the library can be imported.
 
   * `equinox.Missing` (no fields): `equinox._module._flatten.MISSING`.
@@ -256,7 +256,7 @@ def load_record(name: str):
 class UnloadedRecord:
   """A library record read where its library cannot be imported: in the
   auxdata of a pytree node, which then loads as a plain container
-  (jaxpr_io/pytrees.py). Kept so that the program re-dumps to the same
+  (jaxpr_io/tree_read.py). Kept so that the program re-dumps to the same
   bytes; it is written back as the record it was read as."""
 
   __slots__ = ("name", "fields")

@@ -10,9 +10,9 @@ import jax
 from jaxpr_io import checks
 from jaxpr_io import compat
 from jaxpr_io import container
-from jaxpr_io import pytrees
 from jaxpr_io import specialize
 from jaxpr_io import static
+from jaxpr_io import tree_calls
 from jaxpr_io import validate
 from jaxpr_io.compat import symbolic
 from jaxpr_io import reader
@@ -77,7 +77,7 @@ class Program:
     whose leaves sit at the same key paths, attribute and dict keys being
     interchangeable: e.g. a program saved with Flax `FrozenDict` params or an
     Equinox module takes those objects, or the same values in nested plain
-    dicts (see `signature()` and jaxpr_io/pytrees.py). Raises TypeError,
+    dicts (see `signature()` and jaxpr_io/tree_calls.py). Raises TypeError,
     listing the expected key paths, otherwise.
     """
     call = (args, kwargs)
@@ -86,7 +86,7 @@ class Program:
       # The function, flag, ... the program was traced with at a static
       # place becomes its `Static` node again (see jaxpr_io/static.py).
       call = static.mark(call, statics)
-    flat = pytrees.flatten_call_args(self.in_tree, call)
+    flat = tree_calls.flatten_call_args(self.in_tree, call)
     return jax.tree_util.tree_unflatten(self.out_tree,
                                         self._flat_fun(flat)(*flat))
 
@@ -96,13 +96,13 @@ class Program:
     output leaf by its key path, with shape and dtype; the `in_tree` and
     `out_tree` structures; and, for a loaded program, the node types the file
     names that this process lacks and that plain containers stand in for."""
-    text = pytrees.signature_text(self.in_tree, self.in_avals, self.out_tree,
+    text = tree_calls.signature_text(self.in_tree, self.in_avals, self.out_tree,
                                   self.out_avals)
     statics = static.static_paths(self.in_tree)
     if statics:
       lines = ["static (not inputs; a call passes the same values, None or "
                "nothing there):"]
-      lines += [f"  {pytrees._display_call_path(p)}: {s.description}"  # pylint: disable=protected-access
+      lines += [f"  {tree_calls._display_call_path(p)}: {s.description}"  # pylint: disable=protected-access
                 for p, s in statics.items()]
       text += "\n" + "\n".join(lines)
     return text
@@ -148,7 +148,7 @@ class Program:
       # program's equations on operands they were not built for.
       for i, (shape, aval) in enumerate(zip(shapes, closed.in_avals)):
         if tuple(shape) != getattr(aval, "shape", ()):  # tokens: ()
-          path = pytrees.display_path(pytrees.leaf_paths(self.in_tree)[i])
+          path = tree_calls.display_path(tree_calls.leaf_paths(self.in_tree)[i])
           raise TypeError(f"input {path} has shape {tuple(shape)}, but the "
                           f"program takes {aval.str_short()}")
       return self._fun

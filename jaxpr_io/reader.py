@@ -35,10 +35,11 @@ from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io import equations
 from jaxpr_io import params
-from jaxpr_io import pytrees
+from jaxpr_io import pytrees  # noqa: F401  (registers the treedef param codecs)
 from jaxpr_io import read_avals
 from jaxpr_io import read_contexts
 from jaxpr_io import registry
+from jaxpr_io import tree_read
 from jaxpr_io import trust
 from jaxpr_io import validate
 from jaxpr_io import vocabulary
@@ -122,7 +123,7 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     self.kinds: list[Any] = [None] * len(self.kind_keys)
     self._kind_index: dict[tuple[int, int, int, int], int] = {}
     self._kind_arity: tuple[np.ndarray, np.ndarray] | None = None
-    self.tree_memo = pytrees.TreeMemo(msg)
+    self.tree_memo = tree_read.TreeMemo(msg)
     # Array index -> (value, aval) of a literal, checked once.
     self._literals: dict[int, tuple] = {}
     # Jaxpr indices referenced by the param set being decoded, for each
@@ -500,8 +501,8 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
     reader.decode_contexts()
     reader.build_jaxprs()
     closed = reader.closed_jaxpr(msg.root)
-    in_tree, is_call = pytrees.decode_call_signature(reader, msg.in_tree)
-    out_tree = pytrees.decode_treedef(reader, msg.out_tree)
+    in_tree, is_call = tree_read.decode_call_signature(reader, msg.in_tree)
+    out_tree = tree_read.decode_treedef(reader, msg.out_tree)
   except RecursionError:
     raise FormatError(f"{source}: the program nests too deeply") from None
   except validate.DECODE_ERRORS as e:

@@ -24,7 +24,7 @@ import functools
 import jax
 import numpy as np
 
-from jaxpr_io import pytrees
+from jaxpr_io import tree_calls
 
 # Python scalars are inputs (weakly typed), as `jax.make_jaxpr` makes them.
 _DYNAMIC_TYPES = (np.ndarray, np.generic, bool, int, float, complex)
@@ -77,7 +77,7 @@ def _is_static_node(x) -> bool:
 
 
 def static_paths(treedef) -> dict[tuple, Static]:
-  """call path (`pytrees.call_path`) -> `Static` node, of every static leaf
+  """call path (`tree_calls.call_path`) -> `Static` node, of every static leaf
   place in `treedef`; empty for most programs."""
   try:
     return _cached_static_paths(treedef)
@@ -90,7 +90,7 @@ def _static_paths(treedef) -> dict[tuple, Static]:
     return {}
   tree = treedef.unflatten([0] * treedef.num_leaves)
   pairs, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_static_node)
-  return {pytrees.call_path(p): x for p, x in pairs if isinstance(x, Static)}
+  return {tree_calls.call_path(p): x for p, x in pairs if isinstance(x, Static)}
 
 
 _cached_static_paths = functools.lru_cache(maxsize=64)(_static_paths)
@@ -112,7 +112,7 @@ def mark(tree, paths: dict[tuple, Static]):
   node (a different value there gives a different node, which the call then
   refuses as other static data)."""
   def replace(path, x):
-    if pytrees.call_path(path) in paths and not isinstance(x, Static):
+    if tree_calls.call_path(path) in paths and not isinstance(x, Static):
       return Static(describe(x))
     return x
   return jax.tree_util.tree_map_with_path(replace, tree,

@@ -489,13 +489,13 @@ def policy_table() -> str:
   """The README's trust-model table, from `POLICIES` and the limits the
   modules that enforce them define."""
   # Imported here: those modules import this one.
-  from jaxpr_io import dim_grammar, params, pytrees, reader, writer  # pylint: disable=import-outside-toplevel
+  from jaxpr_io import dim_grammar, params, reader, tree_nodes, writer  # pylint: disable=import-outside-toplevel
   limits = dict(
       max_exponent=dim_grammar.MAX_EXPONENT,
       max_parens=dim_grammar.MAX_NESTING,
       max_dim_length=dim_grammar.MAX_LENGTH,
       jaxpr_depth=writer.MAX_JAXPR_DEPTH, value_depth=params.MAX_VALUE_DEPTH,
-      tree_depth=pytrees.MAX_DEPTH, memory_factor=reader.MEMORY_FACTOR,
+      tree_depth=tree_nodes.MAX_DEPTH, memory_factor=reader.MEMORY_FACTOR,
       fixed_mib=reader.FIXED_OVERHEAD >> 20, max_width=MAX_FORMAT_WIDTH,
       max_precision=MAX_FORMAT_PRECISION, max_rnn_size=MAX_RNN_SIZE)
   rows = ["| what the file holds | action | untrusted (default) | "

@@ -25,8 +25,9 @@ from jaxpr_io import dtypes
 from jaxpr_io import library_codecs
 from jaxpr_io import pallas
 from jaxpr_io import params
-from jaxpr_io import pytrees
+from jaxpr_io import pytrees  # noqa: F401  (registers the treedef param codecs)
 from jaxpr_io import registry
+from jaxpr_io import tree_write
 from jaxpr_io import version
 from jaxpr_io import vocabulary
 from jaxpr_io.errors import UnsupportedError
@@ -620,8 +621,8 @@ class Writer:
     table = msg.name_stack_table
     table.parents, table.kinds, table.names = (
         np.asarray(column, "<u4").tobytes() for column in self._stack_columns)
-    pytrees.encode_treedef(self, in_tree, msg.in_tree)
-    pytrees.encode_treedef(self, out_tree, msg.out_tree)
+    tree_write.encode_treedef(self, in_tree, msg.in_tree)
+    tree_write.encode_treedef(self, out_tree, msg.out_tree)
     if self._scope is not None:
       msg.symbolic_constraints.extend(
           symbolic.scope_constraints(self._scope))

@@ -26,7 +26,9 @@ import jaxpr_io
 from jaxpr_io import _proto as pb
 from jaxpr_io import container
 from jaxpr_io import libraries
-from jaxpr_io import pytrees
+from jaxpr_io import tree_calls
+from jaxpr_io import tree_nodes
+from jaxpr_io import tree_read
 from jaxpr_io import writer
 from tests import proto_edit
 from tests.roundtrip import assert_bit_identical, assert_roundtrip
@@ -182,7 +184,7 @@ def case(name: str) -> tuple[Case, jaxpr_io.Program, bytes]:
 
 def _call_paths(treedef) -> list[tuple]:
   tree = treedef.unflatten([0] * treedef.num_leaves)
-  return [pytrees.call_path(p)
+  return [tree_calls.call_path(p)
           for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
@@ -366,7 +368,7 @@ _FRESH_PROCESS = textwrap.dedent("""
     import numpy as np
     import jax
     import jaxpr_io
-    from jaxpr_io import pytrees
+    from jaxpr_io import tree_calls
 
     def node_types(treedef):
       node_data = treedef.node_data()
@@ -407,7 +409,7 @@ _FRESH_PROCESS = textwrap.dedent("""
       assert node_types(prog.out_tree) <= plain, (name, prog.out_tree)
       pairs = jax.tree_util.tree_flatten_with_path(
           prog.in_tree.unflatten([0] * prog.in_tree.num_leaves))[0]
-      paths = [pytrees.call_path(p) for p, _ in pairs]
+      paths = [tree_calls.call_path(p) for p, _ in pairs]
       assert paths == [tuple(p) for p in spec["call_paths"]], name
       if spec["same_keystr"]:
         assert ([jax.tree_util.keystr(p) for p, _ in pairs] ==
@@ -442,13 +444,13 @@ def test_fresh_process_without_the_libraries(tmp_path):
     assert jax.tree_util.tree_structure((c.args, {})) == prog.in_tree
     # Each input under its call path, as text.
     np.savez(f"{base}.in.npz", **{
-        "".join(f"[{k!r}]" for k in pytrees.call_path(p)): np.asarray(v)
+        "".join(f"[{k!r}]" for k in tree_calls.call_path(p)): np.asarray(v)
         for p, v in pairs})
     out = jax.tree_util.tree_leaves(prog(*c.args))
     np.savez(f"{base}.out.npz", **{str(i): np.asarray(v)
                                     for i, v in enumerate(out)})
     (tmp_path / f"{name}.json").write_text(json.dumps({
-        "call_paths": [pytrees.call_path(p) for p, _ in pairs],
+        "call_paths": [tree_calls.call_path(p) for p, _ in pairs],
         "keystrs": [jax.tree_util.keystr(p) for p, _ in pairs],
         "same_keystr": c.same_keystr}))
   plain = tmp_path / "plain.jaxpr"
@@ -481,12 +483,12 @@ def _both_readers(data: bytes, msg):
   of `msg.in_tree`, `msg` being an edited `Program` message of `data`."""
   from jaxpr_io import reader as reader_lib  # pylint: disable=import-outside-toplevel
   c = container.Container(data)
-  fast = pytrees._plain_fast(  # pylint: disable=protected-access
+  fast = tree_read._plain_fast(  # pylint: disable=protected-access
       reader_lib.Reader(msg, c, verify_blobs=False), msg.in_tree)
   r = reader_lib.Reader(msg, c, verify_blobs=False)
   try:
-    slow = pytrees._treedef_of(  # pylint: disable=protected-access
-        pytrees._read(r, msg.in_tree, 0, r.tree_memo))  # pylint: disable=protected-access
+    slow = tree_read._treedef_of(  # pylint: disable=protected-access
+        tree_read._read(r, msg.in_tree, 0, r.tree_memo))  # pylint: disable=protected-access
   except jaxpr_io.FormatError as e:
     slow = e
   return (None if fast is None else fast[0]), slow
@@ -570,10 +572,10 @@ def _set_second_key(msg, index_of):
      False),
     (lambda m: _inlined(m, lambda: setattr(m.in_tree, "custom_name", "x")),
      True),
-    (lambda m: _tuple_of(m, pytrees.MAX_DEPTH), False),
-    (lambda m: _tuple_of(m, pytrees.MAX_DEPTH - 4), True),
-    (lambda m: _reused_deep(m, pytrees.MAX_DEPTH - 2), False),
-    (lambda m: _reused_deep(m, pytrees.MAX_DEPTH - 5), True),
+    (lambda m: _tuple_of(m, tree_nodes.MAX_DEPTH), False),
+    (lambda m: _tuple_of(m, tree_nodes.MAX_DEPTH - 4), True),
+    (lambda m: _reused_deep(m, tree_nodes.MAX_DEPTH - 2), False),
+    (lambda m: _reused_deep(m, tree_nodes.MAX_DEPTH - 5), True),
     (lambda m: _inlined(m, lambda: m.in_tree.children[0].children.add(
         kind=pb.PyTreeKind["LEAF"], children=[pb.PyTree()])), False),
 ])
