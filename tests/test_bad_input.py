@@ -25,7 +25,6 @@ import re
 import signal
 import struct
 import threading
-import time
 import tracemalloc
 
 import jax
@@ -595,11 +594,12 @@ def test_huge_declared_shape(dims):
   """A shape of 2**40+ elements with 12 bytes of data: rejected at once,
   without allocating for the declared size."""
   data = mutated(small(), lambda m: _point_const_at_new_aval(m, dims))
-  start = time.monotonic()
+  # The memory bound is the check; the deadline only guards against a hang
+  # (generous, so that a loaded machine cannot fail it: speed is measured in
+  # benchmarks, not asserted in tests).
   with memory_bound(50 << 20):
     assert_rejected(data, r"needs \d+ bytes but has 12|has over 2\*\*62 bytes",
-                    seconds=10)
-  assert time.monotonic() - start < 5
+                    seconds=60)
 
 
 def test_huge_declared_shape_of_zero_size_dtype():
@@ -1258,11 +1258,10 @@ def test_jit_chain_loads():
 @pytest.mark.parametrize("n", [250, 10_000])
 def test_nesting_depth_bomb_jaxprs(n):
   data = _chain_of_jits(n)
-  start = time.monotonic()
+  # As above: memory is bounded; the deadline is a generous hang guard.
   with memory_bound((50 << 20) + 50 * len(data)):
     assert_rejected(data, r"nests \d+ levels deep, over the limit"
-                    r"|nests too deeply", seconds=20)
-  assert time.monotonic() - start < 10
+                    r"|nests too deeply", seconds=120)
 
 
 def test_shared_subjaxpr_dag_does_not_hang():
