@@ -45,7 +45,8 @@ from __future__ import annotations
 from typing import Any
 
 from jaxpr_io import compat
-from jaxpr_io import custom_rules
+from jaxpr_io import custom_rule_common
+from jaxpr_io import custom_vjp
 from jaxpr_io import registry
 from jaxpr_io import writer as writer_lib
 from jaxpr_io.compat import custom_rules as jcr
@@ -55,7 +56,7 @@ PRIMITIVE = "custom_lin"
 
 
 class _LinEqn:
-  """What the backward-rule helpers of custom_rules.py use of an equation:
+  """What the backward-rule helpers of custom_vjp.py use of an equation:
   the function's name for messages, and the rule's shape."""
 
   __slots__ = ("kind", "name", "n_in", "n_out", "symbolic_zeros")
@@ -81,9 +82,9 @@ class _LinBwd:
     self.eqn = eqn
 
   def __call__(self, *args):
-    return custom_rules.call_bwd_table(self.table, self.eqn.n_out,
-                                       self.eqn.symbolic_zeros,
-                                       self.eqn.name, args)
+    return custom_vjp.call_bwd_table(self.table, self.eqn.n_out,
+                                     self.eqn.symbolic_zeros,
+                                     self.eqn.name, args)
 
 
 def _loaded(value):
@@ -94,9 +95,9 @@ def _loaded(value):
 
 def _marked(stored: tuple) -> tuple:
   """The stored value with the rules' `zero_types` marked open, so every
-  release writes the same bytes (custom_rules.mark_bwd_rules)."""
+  release writes the same bytes (custom_rule_common.mark_bwd_rules)."""
   kind, debug, n_in, n_out, rules = stored
-  return (kind, debug, n_in, n_out, custom_rules.mark_bwd_rules(rules))
+  return (kind, debug, n_in, n_out, custom_rule_common.mark_bwd_rules(rules))
 
 
 def _plain(params: dict, error: type) -> tuple[int, bool]:
@@ -126,19 +127,19 @@ def encode_bwd(fun, params: dict):
       or in_avals is None or len(in_avals) < num_res):
     raise UnsupportedError("the custom_lin equation's out_avals, in_zeros "
                            "or residuals do not fit num_res")
-  debug = custom_rules.encode_debug(fun.debug_info)
+  debug = custom_rule_common.encode_debug(fun.debug_info)
   eqn = _LinEqn(fun.debug_info.func_name, len(in_zeros), len(out_avals),
                 symbolic_zeros)
   ct_avals = [a.to_ct_aval() for a in out_avals]
   if symbolic_zeros:
-    patterns = custom_rules.symbolic_patterns(
+    patterns = custom_rule_common.symbolic_patterns(
         ct_avals, eqn, "differentiable outputs", True)
   else:
     # JAX instantiates zero cotangents for these rules (0.10's
     # `_custom_lin_transpose`; from 0.11 on the rule itself does).
     patterns = ((False,) * eqn.n_out,)
-  rules = tuple(custom_rules.trace_bwd(fun, eqn, list(in_avals[:num_res]), ct_avals,
-                                       p) for p in patterns)
+  rules = tuple(custom_vjp.trace_bwd(fun, eqn, list(in_avals[:num_res]),
+                                     ct_avals, p) for p in patterns)
   return _marked(("lin_bwd", debug, eqn.n_in, eqn.n_out, rules))
 
 
@@ -152,14 +153,14 @@ def decode_bwd(stored, params: dict):
     raise FormatError("the stored custom_lin bwd is not ('lin_bwd', debug, "
                       "n_in, n_out, rules)")
   _, debug, n_in, n_out, rules = stored
-  debug_info = custom_rules.decode_debug(debug)
-  limit = (1 << min(n_out, custom_rules.MAX_PATTERN_INPUTS)
+  debug_info = custom_rule_common.decode_debug(debug)
+  limit = (1 << min(n_out, custom_rule_common.MAX_PATTERN_INPUTS)
            if symbolic_zeros else 1)
   if not 0 < len(rules) <= limit:
     raise FormatError(f"the custom_lin backward rule needs 1 to {limit} "
                       f"jaxprs, not {len(rules)}")
   eqn = _LinEqn(debug_info.func_name, n_in, n_out, symbolic_zeros)
-  table, n_res = custom_rules.decode_bwd_table(rules, eqn)
+  table, n_res = custom_vjp.decode_bwd_table(rules, eqn)
   rule = _LinBwd(stored, table, n_res, eqn)
   bwd = jcr.wrap_init(rule, debug_info)
   _cross_check(dict(params, bwd=bwd))

@@ -30,6 +30,8 @@ from jax.custom_derivatives import custom_vjp_primal_tree_values
 
 import jaxpr_io
 import jaxpr_io.custom_rules  # noqa: F401  (registers the codecs)
+from jaxpr_io import custom_jvp
+from jaxpr_io import custom_rule_common
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import container
@@ -562,7 +564,7 @@ def test_too_many_symbolic_zero_inputs():
     return sum(xs)
   many.defjvp(lambda p, t: (many(*p), sum(
       ti for ti in t if type(ti) is not SymbolicZero)), symbolic_zeros=True)
-  n = jaxpr_io.custom_rules.MAX_PATTERN_INPUTS + 1
+  n = custom_rule_common.MAX_PATTERN_INPUTS + 1
   with pytest.raises(jaxpr_io.UnsupportedError,
                      match=rf"'many' uses symbolic_zeros=True and has {n}"):
     jaxpr_io.dumps(jaxpr_io.trace(many, *[F32(1.0)] * n))
@@ -572,7 +574,7 @@ def test_malformed_stored_rules():
   closed = jax.make_jaxpr(jax.nn.relu)(F32(1.0))
   params = dict(closed.eqns[0].params)
   params["jvp_jaxpr_fun"] = None
-  decode = jaxpr_io.custom_rules.decode_jvp_rule
+  decode = custom_jvp.decode_jvp_rule
   debug = ("custom_jvp jvp", "jvp at f.py:1", None)
   for bad in ("jvp", ("jvp", "k", debug), ("jvp", "k", debug, ()),
               ("jvp", "k", debug, (((True,), params["call_jaxpr"], (False,)),)),
