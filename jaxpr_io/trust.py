@@ -444,6 +444,13 @@ POLICIES: tuple[Policy, ...] = (
            "allowlisted",
            "resolved by name among the functions the loading process "
            "registered with `jaxpr_io.register_callback`", "the same"),
+    Policy("`call_hi_primitive` `_prim` (JAX 0.11+ jax.numpy: "
+           "`searchsorted`, `nonzero`, `ldexp`, `frexp`, ...)", "allowlisted",
+           "one of JAX's own hi primitive classes in jaxpr_io's table "
+           "(jaxpr_io/hi_prims.py), or a class the loading process "
+           "registered with `jaxpr_io.register_hi_primitive`; its "
+           "constructor arguments are validated before the call",
+           "the same"),
     Policy("library functions in Equinox, Lineax and Optimistix values "
            "(loop bodies, objective rewrites, norms)", "allowlisted",
            "one of `jaxpr_io.libraries.LIBRARY_FUNCTIONS`, by module and "
