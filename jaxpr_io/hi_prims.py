@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import jax
 import numpy as np
 
 from jaxpr_io import compat
@@ -102,6 +103,23 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
     "jax.numpy.Ldexp": (),
     "jax.numpy.Frexp": (),
 }
+
+
+# The first JAX release with each class of `_FIELDS` that not every
+# supported release has. A file naming one was written under such a
+# release; loading it under an older one says so (`missing_here`).
+_SINCE = {"jax.numpy.Ldexp": "0.12", "jax.numpy.Frexp": "0.12"}
+
+
+def missing_here(name: str) -> str | None:
+  """Why a record named `name` cannot be loaded under this JAX release, if
+  it names one of the table's classes that this release lacks; else None."""
+  if name not in _FIELDS or name in compat.ADAPTER.hi_prim_classes:
+    return None
+  return (f"{name!r} is a hi primitive class of JAX {_SINCE[name]} and "
+          f"later (jaxpr_io/hi_prims.py), which this JAX ({jax.__version__}) "
+          "does not have: the file was written under a newer JAX; load it "
+          f"under jax >= {_SINCE[name]}")
 
 
 def _describe(cls: type) -> str:

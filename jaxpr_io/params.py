@@ -366,6 +366,8 @@ def decode_record(r, msg, depth):
       # In a pytree node's auxdata: the node loads as a plain container.
       fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields[:])
       return library_codecs.UnloadedRecord(name, fields)
+  if codec is None and hi_prims.missing_here(name):
+    raise FormatError(hi_prims.missing_here(name))
   if codec is None:
     raise FormatError(f"unknown param record type {name!r}; register it "
                       "with jaxpr_io.register_param_codec (a Pallas fusion "

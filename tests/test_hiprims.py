@@ -182,6 +182,21 @@ def test_bad_names_in_the_file(old, new, match):
     jaxpr_io.loads(data)
 
 
+@pytest.mark.skipif("jax.numpy.Ldexp" in compat.ADAPTER.hi_prim_classes,
+                    reason="this JAX has the class")
+def test_a_class_of_a_newer_jax_says_which_release_has_it():
+  """A file written under JAX 0.12 with `jnp.ldexp` names
+  `jax.numpy.Ldexp`, which older releases lack: crafted here by renaming
+  a SearchSorted record."""
+  data = proto_edit.rename_string(_searchsorted_file(),
+                                  "jax.numpy.SearchSorted", "jax.numpy.Ldexp")
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"param '_prim': 'jax.numpy.Ldexp' is a hi "
+                           r"primitive class of JAX 0.12 and later.*load it "
+                           r"under jax >= 0.12"):
+    jaxpr_io.loads(data)
+
+
 def _set_dtype(field, dtype):
   field.dtype.dtype = dtypes.DTYPE_TO_ENUM[np.dtype(dtype)]
 
