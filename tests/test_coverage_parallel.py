@@ -311,24 +311,9 @@ def test_unreduced_kind_field_is_checked():
 # primitives, which the format cannot hold yet. dumps must refuse them with
 # an UnsupportedError that names the equation, not write a broken file.
 # (call_hi_primitive itself is storable with JAX's own hi primitive classes,
-# tests/test_hiprims.py; a user's class, as here, is what stays refused.)
-def _user_hi_primitive(v):
-  from jax._src import hijax  # pylint: disable=g-import-not-at-top
-
-  # The public base class: jax.experimental.hijax's VJPHiPrimitive (0.10),
-  # HiPrim (0.12).
-  base = getattr(hijax, "VJPHiPrimitive", None) or hijax.HiPrim
-
-  class Sin(base):
-
-    def __init__(self, aval):
-      self.in_avals, self.out_aval, self.params = (aval,), aval, {}
-      super().__init__()
-
-    def expand(self, x):
-      return jnp.sin(x)
-
-  return Sin(jax.typeof(v))(v) * 2
+# tests/test_hiprims.py; a user's class, as its `_user_hi_primitive`, is
+# what stays refused.)
+from tests.test_hiprims import _user_hi_primitive  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 @pytest.mark.parametrize("build,primitive,what", [
