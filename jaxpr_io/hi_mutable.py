@@ -107,10 +107,10 @@ def decode_aval(r, m):
     raise FormatError(f"unknown mutable hijax type kind {m.kind}")
   if not compat_hi.SUPPORTED:
     raise FormatError(
-        f"the file holds {name}, a mutable hijax type of JAX "
-        f"{compat_hi.RELEASE_WITH_BOXES} (it was written with JAX "
-        f"{r.msg.producer.jax_version or 'unknown'}), which JAX "
-        f"{compat.JAX_VERSION} does not have; load it with JAX "
+        f"the file holds {name}, a mutable hijax type that JAX "
+        f"{compat.JAX_VERSION} does not have (JAX 0.11.1 removed it; the "
+        f"file was written with JAX "
+        f"{r.msg.producer.jax_version or '(unknown)'}); load it with JAX "
         f"{compat_hi.RELEASE_WITH_BOXES}")
   r.has_hi_mutable = True
   return compat_hi.BoxTy() if m.kind == _KIND_BOX else compat_hi.LogTy()
