@@ -93,9 +93,6 @@ REFUSED_BY_PARAM = {"call_exported": "exported"}
 # cannot store yet. Work that remains (issue 12); `dumps` refuses programs
 # with them with an UnsupportedError naming the equation
 # (tests/test_coverage_parallel.py, test_known_gaps_are_refused_by_name).
-_HI_MUTABLE = ("(JAX 0.10 jax._src.hijax; gone in 0.12) a Box or Log is a "
-               "mutable hijax type whose variables carry quasi-dynamic data, "
-               "which the schema cannot hold (writer.py refuses them)")
 _HI_LINEARIZED = ("bound only while jax.vjp linearizes a hi primitive "
                   "(jax._src.hijax.fake_linear_op) and transposed away "
                   "before a traced program can hold it; its `residuals_tree` "
@@ -103,8 +100,6 @@ _HI_LINEARIZED = ("bound only while jax.vjp linearizes a hi primitive "
                   "the hi primitive object, stored for call_hi_primitive "
                   "(jaxpr_io/hi_prims.py), not yet for this primitive")
 GAPS: dict[str, str] = {
-    **dict.fromkeys(("new_box", "box_get", "box_set", "new_log",
-                     "log_extend"), _HI_MUTABLE),
     # call_hi_primitive is storable when its `_prim` is one of JAX's own
     # hi primitive classes (jaxpr_io/hi_prims.py, tests/test_hiprims.py);
     # a user's class is refused at dumps, naming the equation and param.
