@@ -27,7 +27,7 @@ FILES = sorted(glob.glob(os.path.join(GOLDEN, "v*", "*.jaxpr"))
 RELEASES = ("0.10.2", "0.11.2", "0.12.0.1")
 # Cases of JAX 0.10's boxes and logs (format version 8), which releases
 # without jax._src.hijax.Box refuse.
-_NEEDS_BOXES = frozenset({"hijax_boxes"})
+NEEDS_BOXES = frozenset({"hijax_boxes"})
 
 
 def _format_version(path):
@@ -51,7 +51,7 @@ def test_every_release_wrote_the_current_version():
 @pytest.mark.parametrize("path", FILES, ids=lambda p: os.path.relpath(p, GOLDEN))
 def test_golden_file(path):
   stem = path[:-len(".jaxpr")]
-  if os.path.basename(stem) in _NEEDS_BOXES and not compat_hi.SUPPORTED:
+  if os.path.basename(stem) in NEEDS_BOXES and not compat_hi.SUPPORTED:
     # A JAX without boxes refuses the file, naming a release that has them.
     with pytest.raises(jaxpr_io.FormatError,
                        match=f"load it with JAX {compat_hi.RELEASE_WITH_BOXES}"):
