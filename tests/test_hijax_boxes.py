@@ -200,6 +200,18 @@ def test_what_the_format_cannot_hold_is_refused_at_dumps(qdd, match):
     jaxpr_io.dumps(closed)
 
 
+@needs_boxes
+def test_a_box_cannot_be_bound_but_the_rest_can():
+  prog = jaxpr_io.trace(lambda x, b: box_add(b, x), X, _fresh_box())
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"bind args\[0\]: the input is a BoxTy"):
+    jaxpr_io.trace(box_add, _fresh_box(), X).bind(_fresh_box())
+  bound = prog.bind(X)
+  want_box, got_box = _fresh_box(), _fresh_box()
+  assert_bit_identical(bound(got_box), box_add(want_box, X))
+  assert _contents([got_box]) == _contents([want_box])
+
+
 # ----------------------------------------------------- crafted files
 def _crafted(fn, make_args, mutate, format_version=None) -> bytes:
   data = jaxpr_io.dumps(jaxpr_io.trace(fn, *make_args()))
