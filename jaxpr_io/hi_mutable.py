@@ -280,3 +280,37 @@ def arg_problem(var, value) -> str | None:
       return (f"is a box holding {state}, but the program takes one "
               f"holding {want}")
   return None
+
+
+def has_boxes(jaxpr) -> bool:
+  """Whether `jaxpr` or a sub-jaxpr binds a box or log variable."""
+  if not compat_hi.SUPPORTED:
+    return False
+  from jaxpr_io import validate  # pylint: disable=g-import-not-at-top
+  for sub in validate.walk_jaxprs(jaxpr):
+    if any(is_hi_mutable(v.aval) for v in (*sub.constvars, *sub.invars)) or any(
+        is_hi_mutable(v.aval) for e in sub.eqns for v in e.outvars):
+      return True
+  return False
+
+
+def exact_inputs(avals, flat: list, paths: list[str]) -> list:
+  """`flat` (arguments of a program with boxes) with each array given its
+  input's weak type. What a box holds is typed by the values put in it, and
+  JAX asserts that a call's box holds exactly what the callee's
+  `initial_qdd` says (`pjit_staging_rule`): a strongly typed array passed
+  for a weakly typed input would fail that assertion inside JAX. Raises
+  TypeError, naming the input by its path in `paths`, for an array of
+  another dtype."""
+  import jax  # pylint: disable=g-import-not-at-top
+  out = list(flat)
+  for i, (aval, x) in enumerate(zip(avals, flat)):
+    if type(aval) is not compat.ShapedArray or compat.is_key_array(x):
+      continue
+    if jax.numpy.result_type(x) != aval.dtype:
+      raise TypeError(f"input {paths[i]} has dtype {jax.numpy.result_type(x)}, but "
+                      f"the program (which has boxes) takes "
+                      f"{aval.str_short()}")
+    if compat_hi.is_weakly_typed(x) != aval.weak_type:
+      out[i] = compat_hi.with_weak_type(x, aval)
+  return out

@@ -89,8 +89,13 @@ class Program:
       # place becomes its `Static` node again (see jaxpr_io/static.py).
       call = static.mark(call, statics)
     flat = tree_calls.flatten_call_args(self.in_tree, call)
-    return jax.tree_util.tree_unflatten(self.out_tree,
-                                        self._flat_fun(flat)(*flat))
+    fun = self._flat_fun(flat)
+    if self._boxes:
+      flat = hi_mutable.exact_inputs(
+          self._closed_jaxpr.in_avals, flat,
+          list(map(tree_calls.display_path,
+                   tree_calls.leaf_paths(self.in_tree))))
+    return jax.tree_util.tree_unflatten(self.out_tree, fun(*flat))
 
   def signature(self) -> str:
     """The call signature as text: each input leaf by its key path in
@@ -142,6 +147,7 @@ class Program:
       except FormatError as e:
         raise TypeError(str(e)) from None
       self._symbolic = specialize.has_symbolic_dims(closed.in_avals)
+      self._boxes = hi_mutable.has_boxes(closed.jaxpr)
       self._fun = compat.jaxpr_as_fun(closed)
       self._specialized = {}
     # Boxes and logs (JAX 0.10) have no shape: what they hold is checked.

@@ -200,6 +200,26 @@ def test_what_the_format_cannot_hold_is_refused_at_dumps(qdd, match):
     jaxpr_io.dumps(closed)
 
 
+def weak_in_box(s):
+  # The box holds a weakly typed f32[] (from a Python float), and the jit's
+  # body takes a box holding one.
+  b = Box(s)
+  return jax.jit(lambda b: b.get() * 2.0)(b)
+
+
+@needs_boxes
+def test_a_strongly_typed_array_for_a_weakly_typed_input_is_accepted():
+  # JAX asserts that a box holds exactly what the jit's body expects;
+  # the loaded program gives its inputs the weak types it was traced with.
+  loaded = jaxpr_io.loads(jaxpr_io.dumps(jaxpr_io.trace(weak_in_box, 2.5)))
+  assert loaded.in_avals[0].weak_type
+  for transform in (lambda f: f, jax.jit):
+    assert_bit_identical(transform(loaded)(np.float32(2.5)),
+                         transform(weak_in_box)(np.float32(2.5)))
+  with pytest.raises(TypeError, match=r"input args\[0\] has dtype int32"):
+    loaded(np.int32(2))
+
+
 @needs_boxes
 def test_a_box_cannot_be_bound_but_the_rest_can():
   prog = jaxpr_io.trace(lambda x, b: box_add(b, x), X, _fresh_box())

@@ -71,3 +71,14 @@ def current_state(value):
   if isinstance(value, core.Tracer) and type(value.aval) in (BoxTy, LogTy):
     return type(value.aval), core.cur_qdd(value)
   return None
+
+
+def is_weakly_typed(x) -> bool:
+  from jax._src import dtypes  # pylint: disable=g-import-not-at-top
+  return dtypes.is_weakly_typed(x)
+
+
+def with_weak_type(x, aval):
+  """`x` (of `aval`'s dtype) as a value of `aval`'s weak type."""
+  from jax._src.lax import lax  # pylint: disable=g-import-not-at-top
+  return lax._convert_element_type(x, aval.dtype, aval.weak_type)  # pylint: disable=protected-access
