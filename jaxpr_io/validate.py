@@ -181,9 +181,10 @@ def _hi_linearized(n_in, n_out, params):
   tree = params.get("residuals_tree")
   if type(tree) is not compat_pytrees.PyTreeDef:
     return f"param 'residuals_tree' is not a treedef: {tree!r:.100}"
-  for param, n, what in (("nz_in_flat", n_in_prim, "input"),
-                         ("nz_out_flat", n_out_prim, "output")):
-    flags = params.get(param, (True,) * n_out_prim)
+  for param, n, what, default in (
+      ("nz_in_flat", n_in_prim, "input", None),
+      ("nz_out_flat", n_out_prim, "output", (True,) * n_out_prim)):
+    flags = params.get(param, default)
     if not _is_bools(flags) or len(flags) != n:
       return (f"param {param!r} must be a tuple of {n} bools (one per {what}"
               f" of its '_prim'), got {flags!r:.100}")

@@ -10,11 +10,15 @@ releases have are mapped by jaxpr_io/compat/hi_linearized.py.
 Each linear jaxpr here is built by JAX's own linearization, survives
 dumps -> loads exactly (same printing, same bytes on re-dump), and its
 transpose gives bit-identical cotangents to the original's, which are
-`jax.vjp`'s. Crafted files whose params disagree with the equation raise
+`jax.vjp`'s. Files written under JAX 0.10.2 and 0.12.0.1, whose params
+differ, load under each release. An unregistered user class is refused at
+dumps; crafted files whose params disagree with the equation raise
 FormatError naming the equation and param.
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -28,9 +32,11 @@ import jaxpr_io
 from jaxpr_io import compat
 from jaxpr_io.compat import hi_linearized
 from tests import proto_edit
-from tests.roundtrip import assert_bit_identical, assert_roundtrip
+from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
+                             normalized_text)
 
 NAME = "call_hi_primitive_linearized"
+_EQN = rf"equation 0 \({NAME}\)"
 X = jnp.array([0.3, -1.5, 6.0, 1e-3, 0.0, -2.25], jnp.float32)
 Y = jnp.asarray(-1.75, jnp.float32)
 N = jnp.array([3, -2, 0, 10, 5, 1], jnp.int32)
@@ -175,6 +181,30 @@ def test_structured_residuals_round_trip():
   assert_bit_identical(cts_in, jax.vjp(f, X)[1](ct)[0])
 
 
+def test_unregistered_hi_primitive_is_refused_by_name():
+  class Cube(_BASE):  # registered nowhere: its rules are Python code
+
+    def __init__(self, aval):
+      self.in_avals, self.out_aval, self.params = (aval,), aval, {}
+      super().__init__()
+
+    def expand(self, x):
+      return x ** 3
+
+    def vjp_fwd(self, nzs_in, x):
+      del nzs_in
+      return self(x), 3 * x ** 2
+
+    def vjp_bwd_retval(self, res, g):
+      return (g * res,)
+
+  lin, _ = _linear(lambda x: Cube(jax.typeof(x))(x), (X,), [True])
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=rf"{_EQN}.*param '_prim'.*Cube is a class of its "
+                           r"own.*register_hi_primitive"):
+    jaxpr_io.dumps(lin)
+
+
 # --------------------------------------------------------- crafted files
 def _file() -> bytes:
   return jaxpr_io.dumps(_linear(_mul_sin, (X, Y), [True, False])[0])
@@ -218,7 +248,6 @@ def _no_output_tangent(msg):
   _param(msg, "nz_out_flat").bools.items[0] = False
 
 
-_EQN = rf"equation 0 \({NAME}\)"
 _NOT_HERE = r"has no equivalent in jax .*Load the file with the JAX release"
 
 
@@ -260,3 +289,36 @@ def test_tangent_type_that_disagrees_with_the_prim():
                      match=rf"{_EQN}: tangent input 0 has type float32\[6\], "
                            r"but its '_prim' \(_MulSin\) takes float32\[\]"):
     jaxpr_io.loads(_crafted(edit))
+
+
+# ------------------------------------------------------- across releases
+# The same linear jaxpr (`_mul_sin`'s, zero tangent for y), as written by
+# JAX 0.10.2 (no nz_out_flat or has_sres: written as every output's and
+# False) and 0.12.0.1: each loads under every release as the linear jaxpr
+# that release builds. Rewrite them with `python -m tests.test_hi_linearized`
+# under each release.
+ACROSS = os.path.join(os.path.dirname(__file__), "cross_release")
+
+
+def _across_path(jax_version: str) -> str:
+  return os.path.join(ACROSS, f"hi_linearized-jax-{jax_version}.jaxpr")
+
+
+def _across_jaxpr():
+  return _linear(_mul_sin, (X, Y), [True, False])
+
+
+@pytest.mark.parametrize("writer", ["0.10.2", "0.12.0.1"])
+def test_files_of_other_releases_load_as_this_ones(writer):
+  lin, residuals = _across_jaxpr()
+  loaded = jaxpr_io.load(_across_path(writer))
+  assert loaded.producer["jax_version"] == writer
+  assert normalized_text(loaded.closed_jaxpr) == normalized_text(lin)
+  (ct,) = [_cotangent(v.aval, 0.5) for v in compat.open_jaxpr(lin).outvars]
+  assert_bit_identical(_transpose(loaded.closed_jaxpr, residuals, [ct]),
+                       _transpose(lin, residuals, [ct]))
+
+
+if __name__ == "__main__":
+  os.makedirs(ACROSS, exist_ok=True)
+  jaxpr_io.save(_across_path(jax.__version__), _across_jaxpr()[0])
