@@ -176,8 +176,9 @@ def _hi_linearized(n_in, n_out, params):
   splits the inputs so and unflattens the residuals with `residuals_tree`,
   as a pair (residuals, structured residuals) where `has_sres`."""
   prim = params.get("_prim")
-  n_in_prim = len(getattr(prim, "in_avals_flat", ()))
-  n_out_prim = len(getattr(prim, "out_avals_flat", ()))
+  if not isinstance(prim, compat.ADAPTER.hi_prim_bases):
+    return f"param '_prim' is not a hi primitive: {prim!r:.100}"
+  n_in_prim, n_out_prim = len(prim.in_avals_flat), len(prim.out_avals_flat)
   tree = params.get("residuals_tree")
   if type(tree) is not compat_pytrees.PyTreeDef:
     return f"param 'residuals_tree' is not a treedef: {tree!r:.100}"

@@ -248,6 +248,10 @@ def _no_output_tangent(msg):
   _param(msg, "nz_out_flat").bools.items[0] = False
 
 
+def _prim_a_bool(msg):
+  _param(msg, "_prim").CopyFrom(_param(msg, "has_sres"))
+
+
 _NOT_HERE = r"has no equivalent in jax .*Load the file with the JAX release"
 
 
@@ -268,8 +272,10 @@ _NOT_HERE = r"has no equivalent in jax .*Load the file with the JAX release"
      rf"{NAME} has 4 inputs and 1 outputs, .* and 'nz_out_flat' 0 out"
      if hi_linearized.HAS_NZ_OUT
      else rf"'nz_out_flat'=\(False,\).*{_NOT_HERE}"),
+    (_prim_a_bool,
+     rf"{NAME} param '_prim' is not a hi primitive: False"),
 ], ids=["residuals_tree_leaves", "nz_in_count", "nz_in_length", "has_sres",
-        "nz_out"])
+        "nz_out", "prim"])
 def test_params_that_disagree_with_the_equation(edit, match):
   with pytest.raises(jaxpr_io.FormatError, match=match):
     jaxpr_io.loads(_crafted(edit))
