@@ -444,7 +444,8 @@ POLICIES: tuple[Policy, ...] = (
            "allowlisted",
            "resolved by name among the functions the loading process "
            "registered with `jaxpr_io.register_callback`", "the same"),
-    Policy("`call_hi_primitive` `_prim` (JAX 0.11+ jax.numpy: "
+    Policy("`call_hi_primitive` and `call_hi_primitive_linearized` "
+           "`_prim` (JAX 0.11+ jax.numpy: "
            "`searchsorted`, `nonzero`, `ldexp`, `frexp`, ...)", "allowlisted",
            "one of JAX's own hi primitive classes in jaxpr_io's table "
            "(jaxpr_io/hi_prims.py), or a class the loading process "

@@ -133,6 +133,15 @@ Changelog (newest last):
     rule as jaxprs, one per pattern of zero cotangents, in the form of
     `custom_vjp_call`'s backward rules), `out_avals` and `in_zeros` (lists,
     stored as tuples; jaxpr_io/custom_lin.py).
+  * 2026-11-26, later additions to version 7 (no schema change): the
+    primitive `call_hi_primitive_linearized` (the linearized hi primitive
+    in the linear jaxprs of `jax.vjp`) with the params `_prim` (a hi
+    primitive record, as `call_hi_primitive`'s), `residuals_tree` (a
+    treedef), `nz_in_flat`, `nz_out_flat` (tuples of bools) and `has_sres`
+    (a bool). Files always hold all five: writers on releases without the
+    last two (JAX 0.10; 0.11.0 lacks `has_sres`) store the values under
+    which their primitive behaves as it does, and their readers refuse
+    other values (jaxpr_io/compat/hi_linearized.py).
 """
 
 from __future__ import annotations

@@ -96,19 +96,14 @@ REFUSED_BY_PARAM = {"call_exported": "exported"}
 _HI_MUTABLE = ("(JAX 0.10 jax._src.hijax; gone in 0.12) a Box or Log is a "
                "mutable hijax type whose variables carry quasi-dynamic data, "
                "which the schema cannot hold (writer.py refuses them)")
-_HI_LINEARIZED = ("bound only while jax.vjp linearizes a hi primitive "
-                  "(jax._src.hijax.fake_linear_op) and transposed away "
-                  "before a traced program can hold it; its `residuals_tree` "
-                  "is a PyTreeDef of the rule's residuals and its `_prim` "
-                  "the hi primitive object, stored for call_hi_primitive "
-                  "(jaxpr_io/hi_prims.py), not yet for this primitive")
 GAPS: dict[str, str] = {
     **dict.fromkeys(("new_box", "box_get", "box_set", "new_log",
                      "log_extend"), _HI_MUTABLE),
     # call_hi_primitive is storable when its `_prim` is one of JAX's own
     # hi primitive classes (jaxpr_io/hi_prims.py, tests/test_hiprims.py);
     # a user's class is refused at dumps, naming the equation and param.
-    "call_hi_primitive_linearized": _HI_LINEARIZED,
+    # So is call_hi_primitive_linearized, in the linear jaxprs of jax.vjp
+    # (tests/test_hi_linearized.py).
 
     # lax, linalg, random, custom rules, calls, export (dumps refuses them
     # with UnsupportedError naming the param)
