@@ -133,6 +133,14 @@ Changelog (newest last):
     rule as jaxprs, one per pattern of zero cotangents, in the form of
     `custom_vjp_call`'s backward rules), `out_avals` and `in_zeros` (lists,
     stored as tuples; jaxpr_io/custom_lin.py).
+  * 2026-11-26, later additions to version 7 (no schema change; a version 7
+    reader from before them refuses such a file, naming the param it has no
+    codec for): the param codecs of `custom_partitioning`'s `partition`,
+    `propagate_user_sharding`, `infer_sharding_from_operands` and
+    `sharding_rule` (each None or the name its object was registered under
+    with `register_custom_partitioning`; the loading process's registered
+    object supplies the value) and `in_tree` (its treedef;
+    jaxpr_io/custom_partitioning.py).
 """
 
 from __future__ import annotations

@@ -109,14 +109,9 @@ GAPS: dict[str, str] = {
     # hi primitive classes (jaxpr_io/hi_prims.py, tests/test_hiprims.py);
     # a user's class is refused at dumps, naming the equation and param.
     "call_hi_primitive_linearized": _HI_LINEARIZED,
-
-    # lax, linalg, random, custom rules, calls, export (dumps refuses them
-    # with UnsupportedError naming the param)
-    "custom_partitioning": "its `call`, `partition`, "
-                           "`infer_sharding_from_operands`, "
-                           "`propagate_user_sharding` and `decode_shardings` "
-                           "are Python functions: codecs (registered names, "
-                           "or jaxprs for `call`)",
+    # custom_partitioning is storable when its object is registered
+    # (jaxpr_io/custom_partitioning.py, tests/test_custom_partitioning.py);
+    # an unregistered one is refused at dumps, naming the equation and param.
 }
 
 
