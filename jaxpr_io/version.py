@@ -142,6 +142,14 @@ Changelog (newest last):
     last two (JAX 0.10; 0.11.0 lacks `has_sres`) store the values under
     which their primitive behaves as it does, and their readers refuse
     other values (jaxpr_io/compat/hi_linearized.py).
+  * 2026-11-26, later additions to version 7 (no schema change; a version 7
+    reader from before them refuses such a file, naming the param it has no
+    codec for): the param codecs of `custom_partitioning`'s `partition`,
+    `propagate_user_sharding`, `infer_sharding_from_operands` and
+    `sharding_rule` (each None or the name its object was registered under
+    with `register_custom_partitioning`; the loading process's registered
+    object supplies the value) and `in_tree` (its treedef;
+    jaxpr_io/custom_partitioning.py).
 """
 
 from __future__ import annotations
