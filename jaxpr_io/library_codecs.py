@@ -34,7 +34,12 @@ A primitive made with `equinox.internal.filter_primitive_bind` (Lineax's
   * `static`: one entry per leaf of `treedef`, Equinox's private
     "dynamic" sentinel for the leaves that are the equation's inputs, the
     leaf itself for the others. Stored as (which entries are the sentinel,
-    the other entries in order);
+    the other entries in order). A closure-converted function's jaxpr
+    among them is stored open, its constvars unvalued (the equation passes
+    their values as inputs; `libraries.UNVALUED_CONSTS_PARAMS`, and
+    jaxpr_io/compat/dead_consts.py for JAX 0.11+, which keep dead tracers
+    on it); loading checks that it has one constvar per constant its
+    `_ClosureConvert` node passes;
   * `flatten`: a `Flatten` object, which records the structure of the
     outputs when the primitive's rules first run. Stored as None when it
     has not run, else (the outputs' treedef, the treedef of their static
@@ -355,10 +360,12 @@ def _check_closure_converts(treedef, static: tuple) -> None:
   Equinox gives it as `eval_jaxpr(jaxpr, consts, *args)`. The node is read
   from the treedef's structure (no Equinox code runs); another Equinox
   layout of the node is not checked."""
-  converter = vars(sys.modules.get("equinox._ad") or types.ModuleType("_")
-                   ).get("_ClosureConvert")
+  ad = sys.modules.get("equinox._ad")
+  converter = None if ad is None else vars(ad).get("_ClosureConvert")
+  if converter is None:
+    return
   stack, offset = [treedef], 0
-  while stack and converter is not None:
+  while stack:
     node = stack.pop()
     data = node.node_data()
     kids = node.children()
