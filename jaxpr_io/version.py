@@ -150,6 +150,18 @@ Changelog (newest last):
     with `register_custom_partitioning`; the loading process's registered
     object supplies the value) and `in_tree` (its treedef;
     jaxpr_io/custom_partitioning.py).
+  * 2026-11-26, a later addition to version 7 (no schema change, and no
+    new name: files that use it are read by every version 7 reader): a
+    closure-converted jaxpr in an Equinox filter primitive's `static` param
+    (`libraries.UNVALUED_CONSTS_PARAMS`; Lineax's `linear_solve` of a
+    `FunctionLinearOperator`, as Optimistix's Newton steps make) is an
+    open jaxpr whose constvars take the constants that the equation passes
+    it as inputs, as JAX 0.10 writers already stored it. JAX 0.11+ writers
+    store it so too, where its constants are the tracers of the trace that
+    made it (they refused it before), and their readers attach dead
+    tracers of the constvars' types (jaxpr_io/compat/dead_consts.py);
+    readers check that its constvars are as many as the constants its
+    `_ClosureConvert` node of the `treedef` param passes.
 """
 
 from __future__ import annotations
