@@ -18,12 +18,14 @@ from jaxpr_io import custom_rules as _custom_rules  # noqa: F401
 from jaxpr_io import custom_lin as _custom_lin  # noqa: F401
 from jaxpr_io import library_codecs as _library_codecs  # noqa: F401
 from jaxpr_io import custom_vmap as _custom_vmap  # noqa: F401
+from jaxpr_io import custom_partitioning as _custom_partitioning  # noqa: F401
 from jaxpr_io import thunky as _thunky  # noqa: F401
 from jaxpr_io import remat as _remat  # noqa: F401
 from jaxpr_io import jaxpr_thunks as _jaxpr_thunks  # noqa: F401
 from jaxpr_io import sharding as _sharding  # noqa: F401
 from jaxpr_io import sparse as _sparse  # noqa: F401
 from jaxpr_io.callbacks import register_callback
+from jaxpr_io.custom_partitioning import register_custom_partitioning
 from jaxpr_io.hi_prims import register_hi_primitive
 from jaxpr_io.pallas_fuser import register_fusion_dtype
 from jaxpr_io.program import Program, dumps, load, loads, save, trace
@@ -38,7 +40,8 @@ __all__ = [
     "DroppedParamWarning", "FORMAT_VERSION", "FormatError", "JaxprIoError",
     "Program",
     "UnsupportedError", "__version__", "dumps", "load", "loads",
-    "register_callback", "register_effect_codec",
+    "register_callback", "register_custom_partitioning",
+    "register_effect_codec",
     "register_enum", "register_ffi_target", "register_fusion_dtype", "register_eqn_param_codec",
     "register_hi_primitive", "register_named_tuple",
     "register_param_codec",

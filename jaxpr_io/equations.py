@@ -326,6 +326,11 @@ def _kinds_used(jaxpr_of, kind_ids, n_jaxprs: int, n_kinds: int):
   return used
 
 
+# Hi primitives whose `_prim` types the equation: name -> the check.
+_HI_TYPES = {"call_hi_primitive": validate.hi_primitive_types,
+             "call_hi_primitive_linearized": validate.hi_linearized_types}
+
+
 def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
   """The `JaxprEqn`s of jaxpr `j` of `batch`; binds their outputs in
   `decoder.env`. Resolves the kinds the jaxpr uses first (their params may
@@ -389,12 +394,12 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
 
   # Hi primitives: their `_prim` must type the equation (see
   # validate.hi_primitive_types); only programs that use them pay.
-  if any(kinds[k].primitive.name == "call_hi_primitive" for k in used_kinds):
+  if any(kinds[k].primitive.name in _HI_TYPES for k in used_kinds):
     for i, e in enumerate(eqns):
-      if e.primitive.name == "call_hi_primitive":
-        problem = validate.hi_primitive_types(e)
-        if problem:
-          raise FormatError(f"equation {i} (call_hi_primitive): {problem}")
+      rule = _HI_TYPES.get(e.primitive.name)
+      problem = rule(e) if rule else None
+      if problem:
+        raise FormatError(f"equation {i} ({e.primitive.name}): {problem}")
 
   # JAX 0.10's boxes and logs: their primitives take and make them where
   # their rules expect (hi_mutable.equation_problem).

@@ -81,6 +81,17 @@ LIBRARY_PRIMITIVES: tuple[LibraryPrimitive, ...] = (
 )
 
 _BY_NAME = {entry.name: entry for entry in LIBRARY_PRIMITIVES}
+
+# (primitive, param) slots holding Equinox's closure-converted jaxprs
+# (`equinox.filter_closure_convert`, which Lineax's FunctionLinearOperator
+# and so Optimistix's solves use), whose constants the equation gets as
+# inputs: the filter primitives' `static`. The format stores such a jaxpr
+# open, its constvars unvalued, as JAX 0.10 has it; JAX 0.11+ keep the
+# writing trace's tracers on it as its constants, and a reader there
+# attaches dead tracers of the same types (jaxpr_io/compat/dead_consts.py).
+UNVALUED_CONSTS_PARAMS = frozenset(
+    (entry.name, "static") for entry in LIBRARY_PRIMITIVES
+    if entry.filter_primitive)
 if len(_BY_NAME) != len(LIBRARY_PRIMITIVES):
   raise RuntimeError("two library primitives share a serialized name")
 

@@ -34,7 +34,12 @@ A primitive made with `equinox.internal.filter_primitive_bind` (Lineax's
   * `static`: one entry per leaf of `treedef`, Equinox's private
     "dynamic" sentinel for the leaves that are the equation's inputs, the
     leaf itself for the others. Stored as (which entries are the sentinel,
-    the other entries in order);
+    the other entries in order). A closure-converted function's jaxpr
+    among them is stored open, its constvars unvalued (the equation passes
+    their values as inputs; `libraries.UNVALUED_CONSTS_PARAMS`, and
+    jaxpr_io/compat/dead_consts.py for JAX 0.11+, which keep dead tracers
+    on it); loading checks that it has one constvar per constant its
+    `_ClosureConvert` node passes;
   * `flatten`: a `Flatten` object, which records the structure of the
     outputs when the primitive's rules first run. Stored as None when it
     has not run, else (the outputs' treedef, the treedef of their static
@@ -56,6 +61,7 @@ from jaxpr_io import compat
 from jaxpr_io import libraries
 from jaxpr_io import params
 from jaxpr_io import registry
+from jaxpr_io.compat import dead_consts
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 _PRIMITIVE_MODULE = "equinox.internal._primitive"
@@ -307,17 +313,19 @@ def encode_static(value, params):
     raise UnsupportedError(f"the static param {value!r:.80} of an Equinox "
                            "filter primitive is not a tuple")
   for i, item in enumerate(value):
-    if (compat.MERGED_JAXPRS and type(item) is compat.Jaxpr and any(
-        isinstance(c, jax.core.Tracer) for c in item.consts)):
-      # JAX 0.12 leaves the enclosing trace's tracers on a closure-converted
-      # jaxpr as its constants (Equinox passes their values as inputs).
-      # Without them the jaxpr neither prints nor evaluates as it did.
+    if (compat.MERGED_JAXPRS and type(item) is compat.Jaxpr
+        and any(map(compat.is_tracer, item.consts))
+        and not dead_consts.holds_dead_consts(item)):
+      # All tracers: stored open (params.encode_merged_jaxpr). Tracers
+      # beside values: the values would be lost, and JAX 0.10 writers keep
+      # no such jaxprs either.
       raise UnsupportedError(
           f"entry {i} of the static param is a closure-converted jaxpr "
-          "whose constants are tracers of the trace that made it (JAX 0.12 "
-          "keeps them on the jaxpr), which cannot be stored exactly; save "
-          "this program with JAX 0.10, where it can be (Optimistix's solves are "
-          "such programs)")
+          "whose constants are partly tracers of the trace that made it "
+          "and partly values (arrays it closes over from outside the "
+          "trace), which the format cannot store under JAX 0.11+; make "
+          "those arrays arguments of the traced function (or pass them "
+          "through the solver's `args`), or save it with JAX 0.10")
   mask = tuple(item is dynamic for item in value)
   return (mask, tuple(item for item in value if item is not dynamic))
 
@@ -340,7 +348,44 @@ def decode_static(stored, params):
                       "have one entry per leaf of its treedef param")
   dynamic = vars(_primitive_module())["_missing_dynamic"]
   items = iter(values)
-  return tuple(dynamic if is_dynamic else next(items) for is_dynamic in mask)
+  static = tuple(dynamic if is_dynamic else next(items) for is_dynamic in mask)
+  _check_closure_converts(treedef, static)
+  return static
+
+
+def _check_closure_converts(treedef, static: tuple) -> None:
+  """Checks that each closure-converted jaxpr of `static` (an Equinox
+  `_ClosureConvert` node of `treedef`: its leaves the jaxpr, then its
+  constants) has one constvar per constant that the node passes, which
+  Equinox gives it as `eval_jaxpr(jaxpr, consts, *args)`. The node is read
+  from the treedef's structure (no Equinox code runs); another Equinox
+  layout of the node is not checked."""
+  ad = sys.modules.get("equinox._ad")
+  converter = None if ad is None else vars(ad).get("_ClosureConvert")
+  if converter is None:
+    return
+  stack, offset = [treedef], 0
+  while stack:
+    node = stack.pop()
+    data = node.node_data()
+    kids = node.children()
+    if data is None or data[0] is not converter:
+      stack.extend(reversed(kids))
+      offset += 0 if kids else node.num_leaves  # a leaf, or an empty node
+      continue
+    if len(kids) == 2 and kids[0].num_leaves == 1:
+      jaxpr, n_consts = static[offset], kids[1].num_leaves
+      if type(jaxpr) is not compat.Jaxpr or len(
+          jaxpr.constvars) != n_consts:
+        what = (f"a jaxpr of {len(jaxpr.constvars)} constvars"
+                if type(jaxpr) is compat.Jaxpr
+                else f"not a jaxpr but {type(jaxpr).__name__}")
+        raise FormatError(
+            f"an Equinox filter primitive's static param: entry {offset} "
+            f"(a closure-converted function's jaxpr) is {what} where the "
+            f"function passes it {n_consts} constants; the file is "
+            "inconsistent")
+    offset += node.num_leaves
 
 
 def encode_flatten(value, params):

@@ -25,6 +25,7 @@ from jaxpr_io import hi_prims  # registers JAX's hi primitive classes
 from jaxpr_io import pallas
 from jaxpr_io import records  # noqa: F401  (registers JAX's record codecs)
 from jaxpr_io import registry
+from jaxpr_io.compat import dead_consts
 from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -260,7 +261,13 @@ def encode_jaxpr(w, v, out, depth):
 
 def decode_jaxpr(r, msg, depth):
   del depth
-  return r.jaxpr(msg.jaxpr)
+  jaxpr = r.jaxpr(msg.jaxpr)
+  if getattr(r, "unvalued_consts_slot", False):
+    # Equinox's closure-converted jaxpr (see encode_merged_jaxpr): a merged
+    # release gets dead tracers as its constants, as its own trace has.
+    jaxpr = dead_consts.with_dead_consts(
+        jaxpr, len(r.msg.jaxprs[msg.jaxpr].constvars))
+  return jaxpr
 
 
 def encode_closed_jaxpr(w, v, out, depth):
@@ -285,6 +292,11 @@ def encode_merged_jaxpr(w, v, out, depth):
     # also the equation's inputs: stored open, its constvars unvalued, as
     # JAX 0.10 has it (jaxpr_io.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). A
     # loaded one holds the enclosing jaxpr's variables as its constants.
+    encode_jaxpr(w, v, out, depth)
+  elif w.unvalued_consts_slot and dead_consts.holds_dead_consts(v):
+    # Equinox's closure-converted jaxpr, its constants the (dead) tracers
+    # of the trace that made it, their values the equation's inputs: stored
+    # open, as JAX 0.10 has it (jaxpr_io/compat/dead_consts.py).
     encode_jaxpr(w, v, out, depth)
   else:
     if any(map(compat.is_tracer, v.consts)):

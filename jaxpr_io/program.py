@@ -318,7 +318,12 @@ def _abstract_arg(aval):
                       "caller can pass (only JAX's primitives make one, "
                       "inside a program)")
   sharding = getattr(aval, "sharding", None)
-  if sharding is not None and getattr(sharding.mesh, "axis_names", ()):
+  mesh = getattr(sharding, "mesh", None)
+  # Only a mesh with an axis that is not Auto types the value: an Auto
+  # mesh's abstract sharding says nothing a caller passes (jit's own
+  # shardings are params), and lowering with it alone asks for platforms.
+  if any(t != jax.sharding.AxisType.Auto
+         for t in getattr(mesh, "axis_types", ())):
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding,
                                 weak_type=aval.weak_type)
   return jax.ShapeDtypeStruct(aval.shape, aval.dtype,

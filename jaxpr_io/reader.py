@@ -35,6 +35,7 @@ from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io import equations
 from jaxpr_io import hi_mutable
+from jaxpr_io import libraries
 from jaxpr_io import params
 from jaxpr_io import pytrees  # noqa: F401  (registers the treedef param codecs)
 from jaxpr_io import read_avals
@@ -81,6 +82,9 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
   # are not installed become placeholders (params.decode_record). A class
   # attribute, so that the hot `params.decode_value` finds it at once.
   unloaded_records_ok = False
+  # Whether the param being decoded holds Equinox's closure-converted
+  # jaxprs (`libraries.UNVALUED_CONSTS_PARAMS`; params.decode_jaxpr).
+  unvalued_consts_slot = False
 
   def __init__(self, msg, blobs: container.Container, *, verify_blobs: bool,
                trusted: bool = False):
@@ -241,8 +245,13 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
             codec = registry.EQN_PARAM_CODECS.get((name, key))
             if codec is None:
               raise FormatError(f"{name!r} has no codec for param {key!r}")
-            coded.append((codec, key, params.decode_value(
-                self, value.param_codec)))
+            outer, self.unvalued_consts_slot = self.unvalued_consts_slot, (
+                (name, key) in libraries.UNVALUED_CONSTS_PARAMS)
+            try:
+              coded.append((codec, key, params.decode_value(
+                  self, value.param_codec)))
+            finally:
+              self.unvalued_consts_slot = outer
             values[key] = None
           else:
             values[key] = params.decode_value(self, value, 0, kind)

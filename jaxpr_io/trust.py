@@ -444,7 +444,14 @@ POLICIES: tuple[Policy, ...] = (
            "allowlisted",
            "resolved by name among the functions the loading process "
            "registered with `jaxpr_io.register_callback`", "the same"),
-    Policy("`call_hi_primitive` `_prim` (JAX 0.11+ jax.numpy: "
+    Policy("`custom_partitioning` `partition`, `propagate_user_sharding`, "
+           "`infer_sharding_from_operands`, `sharding_rule`", "allowlisted",
+           "taken from the `custom_partitioning` object the loading process "
+           "registered under the stored name with "
+           "`jaxpr_io.register_custom_partitioning`; the file holds only "
+           "the name (or None)", "the same"),
+    Policy("`call_hi_primitive` and `call_hi_primitive_linearized` "
+           "`_prim` (JAX 0.11+ jax.numpy: "
            "`searchsorted`, `nonzero`, `ldexp`, `frexp`, ...)", "allowlisted",
            "one of JAX's own hi primitive classes in jaxpr_io's table "
            "(jaxpr_io/hi_prims.py), or a class the loading process "

@@ -19,6 +19,7 @@ import numpy as np
 
 from jaxpr_io import compat
 from jaxpr_io.compat import callbacks as compat_callbacks
+from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.errors import FormatError
 
 # Exceptions that malformed input can provoke inside JAX's constructors or
@@ -163,6 +164,49 @@ def _hi_primitive(n_in, n_out, params):
   return None
 
 
+def _is_bools(value) -> bool:
+  return type(value) is tuple and all(type(v) is bool for v in value)
+
+
+def _hi_linearized(n_in, n_out, params):
+  """call_hi_primitive_linearized: the leaves of `residuals_tree`, then one
+  tangent per true `nz_in_flat` entry (one entry per input of `_prim`) in,
+  one tangent per true `nz_out_flat` entry (one per output of `_prim`; a
+  JAX 0.10 reader has dropped it: every output) out. Its transpose rule
+  splits the inputs so and unflattens the residuals with `residuals_tree`,
+  as a pair (residuals, structured residuals) where `has_sres`."""
+  prim = params.get("_prim")
+  if not isinstance(prim, compat.ADAPTER.hi_prim_bases):
+    return f"param '_prim' is not a hi primitive: {prim!r:.100}"
+  n_in_prim, n_out_prim = len(prim.in_avals_flat), len(prim.out_avals_flat)
+  tree = params.get("residuals_tree")
+  if type(tree) is not compat_pytrees.PyTreeDef:
+    return f"param 'residuals_tree' is not a treedef: {tree!r:.100}"
+  for param, n, what, default in (
+      ("nz_in_flat", n_in_prim, "input", None),
+      ("nz_out_flat", n_out_prim, "output", (True,) * n_out_prim)):
+    flags = params.get(param, default)
+    if not _is_bools(flags) or len(flags) != n:
+      return (f"param {param!r} must be a tuple of {n} bools (one per {what}"
+              f" of its '_prim'), got {flags!r:.100}")
+  has_sres = params.get("has_sres", False)
+  if type(has_sres) is not bool:
+    return f"param 'has_sres' must be a bool, got {has_sres!r:.100}"
+  node = tree.node_data()
+  if has_sres and (node is None or node[0] is not tuple
+                   or len(tree.children()) != 2):
+    return ("param 'has_sres' is True, but param 'residuals_tree' is not a "
+            f"pair (residuals, structured residuals): {tree}"[:300])
+  n_nz_in = sum(params["nz_in_flat"])
+  n_nz_out = sum(params.get("nz_out_flat", (True,) * n_out_prim))
+  if n_in != tree.num_leaves + n_nz_in or n_out != n_nz_out:
+    return (f"has {n_in} inputs and {n_out} outputs, but param "
+            f"'residuals_tree' has {tree.num_leaves} leaves, param "
+            f"'nz_in_flat' {n_nz_in} non-zero tangents in and 'nz_out_flat' "
+            f"{n_nz_out} out")
+  return None
+
+
 def _custom_lin(n_in, n_out, params):
   """custom_lin takes the residuals and the tangents that are not symbolic
   zeros, and returns one tangent per out_aval (its transpose and abstract
@@ -182,6 +226,7 @@ def _custom_lin(n_in, n_out, params):
 
 ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
     "call_hi_primitive": _hi_primitive,
+    "call_hi_primitive_linearized": _hi_linearized,
     "custom_lin": _custom_lin,
     "pure_callback": _flat_callback,
     "io_callback": _flat_callback,
@@ -315,6 +360,29 @@ def hi_primitive_types(eqn) -> str | None:
       ("input", "takes", eqn.invars, getattr(prim, "in_avals_flat", ())),
       ("output", "returns", eqn.outvars,
        getattr(prim, "out_avals_flat", ()))):
+    for i, (atom, want) in enumerate(zip(atoms, expected)):
+      if not _same_type(atom.aval, want):
+        return (f"{what} {i} has type {atom.aval}, but its '_prim' "
+                f"({type(prim).__name__}) {verb} {want}")
+  return None
+
+
+def hi_linearized_types(eqn) -> str | None:
+  """call_hi_primitive_linearized: its tangent inputs and its outputs have
+  the tangent types of its `_prim`'s flat input and output avals where
+  `nz_in_flat` and `nz_out_flat` are true (after `_hi_linearized`). Its
+  abstract evaluation returns those without looking at the equation, and
+  its transpose hands the cotangents to `_prim.vjp_bwd` as of those types;
+  checked on every load, as `hi_primitive_types`."""
+  prim, params = eqn.params["_prim"], eqn.params
+  n_out_prim = len(prim.out_avals_flat)
+  n_res = params["residuals_tree"].num_leaves
+  for what, verb, atoms, avals, flags in (
+      ("tangent input", "takes", eqn.invars[n_res:], prim.in_avals_flat,
+       params["nz_in_flat"]),
+      ("output", "returns", eqn.outvars, prim.out_avals_flat,
+       params.get("nz_out_flat", (True,) * n_out_prim))):
+    expected = [a.to_tangent_aval() for a, nz in zip(avals, flags) if nz]
     for i, (atom, want) in enumerate(zip(atoms, expected)):
       if not _same_type(atom.aval, want):
         return (f"{what} {i} has type {atom.aval}, but its '_prim' "

@@ -133,14 +133,44 @@ Changelog (newest last):
     rule as jaxprs, one per pattern of zero cotangents, in the form of
     `custom_vjp_call`'s backward rules), `out_avals` and `in_zeros` (lists,
     stored as tuples; jaxpr_io/custom_lin.py).
+  * 2026-11-26, later additions to version 7 (no schema change): the
+    primitive `call_hi_primitive_linearized` (the linearized hi primitive
+    in the linear jaxprs of `jax.vjp`) with the params `_prim` (a hi
+    primitive record, as `call_hi_primitive`'s), `residuals_tree` (a
+    treedef), `nz_in_flat`, `nz_out_flat` (tuples of bools) and `has_sres`
+    (a bool). Files always hold all five: writers on releases without the
+    last two (JAX 0.10; 0.11.0 lacks `has_sres`) store the values under
+    which their primitive behaves as it does, and their readers refuse
+    other values (jaxpr_io/compat/hi_linearized.py).
+  * 2026-11-26, later additions to version 7 (no schema change; a version 7
+    reader from before them refuses such a file, naming the param it has no
+    codec for): the param codecs of `custom_partitioning`'s `partition`,
+    `propagate_user_sharding`, `infer_sharding_from_operands` and
+    `sharding_rule` (each None or the name its object was registered under
+    with `register_custom_partitioning`; the loading process's registered
+    object supplies the value) and `in_tree` (its treedef;
+    jaxpr_io/custom_partitioning.py).
+  * 2026-11-26, a later addition to version 7 (no schema change, and no
+    new name: files that use it are read by every version 7 reader): a
+    closure-converted jaxpr in an Equinox filter primitive's `static` param
+    (`libraries.UNVALUED_CONSTS_PARAMS`; Lineax's `linear_solve` of a
+    `FunctionLinearOperator`, as Optimistix's Newton steps make) is an
+    open jaxpr whose constvars take the constants that the equation passes
+    it as inputs, as JAX 0.10 writers already stored it. JAX 0.11+ writers
+    store it so too, where its constants are the tracers of the trace that
+    made it (they refused it before), and their readers attach dead
+    tracers of the constvars' types (jaxpr_io/compat/dead_consts.py);
+    readers check that its constvars are as many as the constants its
+    `_ClosureConvert` node of the `treedef` param passes.
   * 2026-11-26, version 8: JAX 0.10's mutable hijax types. `Aval.hi_mutable`
     (`MutableHiType`: jax._src.hijax's `BoxTy` or `LogTy`, the types of
     `Box` and `Log`) and `Jaxpr.qdds`, the quasi-dynamic data of a jaxpr's
     variables that have any (`Var.initial_qdd`/`final_qdd`: what a box
     holds, as a `BoxTypeState` of leaf avals and a treedef; a log's is
     empty), which every box or log input of a jaxpr MUST have; the effect
-    `jax.hijax.box` of their reads and writes. The primitives `new_box`, `box_get`, `box_set`, `new_log` and `log_extend`
-    become storable (jaxpr_io/hi_mutable.py). JAX 0.11.1 and later have no
+    `jax.hijax.box` of their reads and writes. The primitives `new_box`,
+    `box_get`, `box_set`, `new_log` and `log_extend` become storable
+    (jaxpr_io/hi_mutable.py). JAX 0.11.1 and later have no
     boxes: their readers refuse such files with a FormatError naming JAX
     0.10.2. Readers of version 8 read versions 1 to 7.
 """

@@ -23,6 +23,7 @@ from jaxpr_io import container
 from jaxpr_io.compat import symbolic
 from jaxpr_io import dtypes
 from jaxpr_io import hi_mutable
+from jaxpr_io import libraries
 from jaxpr_io import library_codecs
 from jaxpr_io import pallas
 from jaxpr_io import params
@@ -196,6 +197,9 @@ class Writer:
     # Whether it holds a jaxpr closed over the equation's inputs
     # (`jaxpr_io.vocabulary.CLOSURE_FROM_INPUTS_PARAMS`).
     self.closure_from_inputs_slot = False
+    # Whether it holds Equinox's closure-converted jaxprs, whose constants
+    # the equation gets as inputs (`libraries.UNVALUED_CONSTS_PARAMS`).
+    self.unvalued_consts_slot = False
 
   # ------------------------------------------------------------ tables
   def string(self, s: str) -> int:
@@ -277,11 +281,14 @@ class Writer:
     message = pb.ParamSet()
     add = message.params.add
     outer_slot = self.open_jaxpr_slot  # param sets nest through jaxprs
+    outer_unvalued = self.unvalued_consts_slot
     for k, v in values.items():
       param = add(name=self.string(k))
       self.open_jaxpr_slot = vocabulary.holds_open_jaxpr(name, k)
       self.closure_from_inputs_slot = (
           (name, k) in vocabulary.CLOSURE_FROM_INPUTS_PARAMS)
+      self.unvalued_consts_slot = (
+          (name, k) in libraries.UNVALUED_CONSTS_PARAMS)
       try:
         codec = registry.EQN_PARAM_CODECS.get((name, k))
         if codec is None:
@@ -298,6 +305,7 @@ class Writer:
       finally:
         self.open_jaxpr_slot = outer_slot
         self.closure_from_inputs_slot = False
+        self.unvalued_consts_slot = outer_unvalued
     self._keepalive.append((values, key))  # `key` holds ids of its values
     # Equal values that are distinct objects (two equal shardings) give
     # equal bytes: store them once, as a reader shares them (see

@@ -93,25 +93,18 @@ REFUSED_BY_PARAM = {"call_exported": "exported"}
 # cannot store yet. Work that remains (issue 12); `dumps` refuses programs
 # with them with an UnsupportedError naming the equation
 # (tests/test_coverage_parallel.py, test_known_gaps_are_refused_by_name).
-_HI_LINEARIZED = ("bound only while jax.vjp linearizes a hi primitive "
-                  "(jax._src.hijax.fake_linear_op) and transposed away "
-                  "before a traced program can hold it; its `residuals_tree` "
-                  "is a PyTreeDef of the rule's residuals and its `_prim` "
-                  "the hi primitive object, stored for call_hi_primitive "
-                  "(jaxpr_io/hi_prims.py), not yet for this primitive")
 GAPS: dict[str, str] = {
     # call_hi_primitive is storable when its `_prim` is one of JAX's own
     # hi primitive classes (jaxpr_io/hi_prims.py, tests/test_hiprims.py);
     # a user's class is refused at dumps, naming the equation and param.
-    "call_hi_primitive_linearized": _HI_LINEARIZED,
-
-    # lax, linalg, random, custom rules, calls, export (dumps refuses them
-    # with UnsupportedError naming the param)
-    "custom_partitioning": "its `call`, `partition`, "
-                           "`infer_sharding_from_operands`, "
-                           "`propagate_user_sharding` and `decode_shardings` "
-                           "are Python functions: codecs (registered names, "
-                           "or jaxprs for `call`)",
+    # So is call_hi_primitive_linearized, in the linear jaxprs of jax.vjp
+    # (tests/test_hi_linearized.py).
+    # custom_partitioning is storable when its object is registered
+    # (jaxpr_io/custom_partitioning.py, tests/test_custom_partitioning.py);
+    # an unregistered one is refused at dumps, naming the equation and param.
+    # JAX 0.10's boxes and logs (new_box, box_get, box_set, new_log,
+    # log_extend) are storable since format version 8
+    # (jaxpr_io/hi_mutable.py, tests/test_hijax_boxes.py).
 }
 
 

@@ -429,15 +429,9 @@ def test_cudnn_primitives_round_trip_and_lower_for_cuda(pretend_cudnn, f, x,
   _same_cuda_lowering(loaded, f, (x,), targets)
 
 
-# ---------------------------------------------- known gaps (GAPS)
-def _with_custom_partitioning(x):
-  from jax.experimental.custom_partitioning import custom_partitioning  # pylint: disable=g-import-not-at-top
-  f = custom_partitioning(jnp.sin)
-  f.def_partition(infer_sharding_from_operands=lambda *_: None,
-                  partition=lambda *_: None, sharding_rule="i -> i")
-  return f(x)
-
-
+# ------------------------------- custom rules, calls, export
+# (custom_partitioning, storable once its object is registered, and refused
+# at dumps otherwise: tests/test_custom_partitioning.py.)
 W = jnp.array([0.5, -1.5, 2.0, 3.0, 0.25, 1.0, -2.0, 4.0], jnp.float32)
 
 
@@ -510,20 +504,6 @@ def test_a_linear_call_whose_transpose_fails_to_trace_is_refused():
 def _with_call_exported(x):
   exported = jax.export.export(jax.jit(jnp.sin))(x)
   return exported.call(x)
-
-
-@pytest.mark.parametrize("f,primitive,param", [
-    # custom_lin is storable: tests/test_custom_lin.py.
-    (_with_custom_partitioning, "custom_partitioning", "partition"),
-], ids=lambda v: v if isinstance(v, str) else "")
-def test_param_gaps_are_refused_naming_the_param(f, primitive, param):
-  from tests import primitive_census  # pylint: disable=g-import-not-at-top
-  assert primitive in primitive_census.GAPS
-  prog = jaxpr_io.trace(f, F)
-  assert primitive in _primitives(prog)
-  with pytest.raises(jaxpr_io.UnsupportedError,
-                     match=rf"\({primitive}\), param '{param}'"):
-    jaxpr_io.dumps(prog)
 
 
 def test_call_exported_is_refused_both_ways():

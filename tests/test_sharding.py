@@ -124,6 +124,19 @@ def test_jit_named_shardings(auto_mesh):
   assert_same_vmap(original, loaded, X, X)
 
 
+def test_traced_at_arrays_committed_to_an_auto_mesh(auto_mesh):
+  # Such inputs' avals carry the mesh abstractly (every axis Auto), which
+  # types nothing a caller passes: check=True used to lower with it and fail
+  # ("lowering_platforms ... required when only AbstractMesh exists").
+  x = jax.device_put(X, NamedSharding(auto_mesh, P("x", "y")))
+  fn = jax.jit(lambda a: jnp.sin(a) * 2)
+  original = jaxpr_io.trace(fn, x)
+  assert {t for t in original.closed_jaxpr.in_avals[0].sharding.mesh
+          .axis_types} == {AxisType.Auto}
+  loaded = assert_roundtrip(original)   # check=True
+  assert_same_run(original, loaded, x)
+
+
 def test_with_sharding_constraint(auto_mesh):
   def fn(a):
     b = jax.lax.with_sharding_constraint(

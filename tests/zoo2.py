@@ -473,10 +473,7 @@ ZOO2 = {
 # Programs that `dumps` refuses on some JAX releases, with an
 # UnsupportedError matching the pattern (tests/test_zoo.py asserts it):
 # name -> (whether this release refuses it, the pattern).
-_TRACER_CONSTS = ("closure-converted jaxpr whose constants are tracers.*"
-                  "save this program with JAX 0.10")
 REFUSED = {
-    "optimistix_newton": (jax.__version_info__ >= (0, 12), _TRACER_CONSTS),
     "diffrax_ode_checkpointed": (
         True, "custom_vjp function .* uses symbolic_zeros=True and has 11 "
         "differentiable inputs.*use symbolic_zeros=False"),

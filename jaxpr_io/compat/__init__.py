@@ -641,3 +641,18 @@ def _custom_vmap_tree_registry():
 
 
 CUSTOM_VMAP_TREE_REGISTRY = _custom_vmap_tree_registry()
+
+
+def _custom_partitioning():
+  """(the `custom_partitioning` class, the pytree registry of its
+  equations' `in_tree`): JAX 0.12 flattens the arguments in the tracing
+  registry, earlier releases in the default one (None)."""
+  from jax._src import custom_partitioning  # pylint: disable=g-import-not-at-top
+  from jax._src import tree_util  # pylint: disable=g-import-not-at-top
+  cls = custom_partitioning.custom_partitioning
+  if "tracing_registry" in cls.__call__.__code__.co_names:
+    return cls, tree_util.tracing_registry
+  return cls, None
+
+
+CustomPartitioning, CUSTOM_PARTITIONING_TREE_REGISTRY = _custom_partitioning()

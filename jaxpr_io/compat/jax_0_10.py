@@ -7,6 +7,8 @@ The format's vocabulary (jaxpr_io/vocabulary.py) was first written from JAX
   in the file: False is "auto", True is "jax_late" (the mapping JAX 0.11
   itself applies to `inline=True`). The modes "jax_early", "xla_early" and
   "xla_late" have no bool and are refused on load.
+* `call_hi_primitive_linearized` lacks `nz_out_flat` and `has_sres`,
+  which files hold (jaxpr_io/compat/hi_linearized.py).
 * `scan`'s optional `ft_in`/`ft_out` (how JAX 0.11+ groups the operands) are
   skipped unread: this release groups by `num_consts`/`num_carry`.
 * Params that later releases added (`vocabulary.OPTIONAL_PARAMS`) are
@@ -25,7 +27,7 @@ from jax._src import hijax as jax_hijax
 from jax._src.numpy import hijax as numpy_hijax
 
 from jaxpr_io import vocabulary
-from jaxpr_io.compat import pallas_pipeline
+from jaxpr_io.compat import hi_linearized, pallas_pipeline
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -94,8 +96,10 @@ def _mxu_from_format(primitive: str):
 class Jax010(Adapter):
   release_line = "0.10"
   params_to_format = {"jit": _jit_to_format,
-                      "xla_metadata_call": _xla_metadata_call_to_format}
+                      "xla_metadata_call": _xla_metadata_call_to_format,
+                      **hi_linearized.TO_FORMAT}
   params_from_format = {"jit": _jit_from_format,
+                        **hi_linearized.FROM_FORMAT,
                         "xla_metadata_call": _xla_metadata_call_from_format,
                         "matmul_acc_lhs": _mxu_from_format("matmul_acc_lhs"),
                         "matmul_pop": _mxu_from_format("matmul_pop"),

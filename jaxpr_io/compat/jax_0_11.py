@@ -37,7 +37,7 @@ from jax._src import tree_util
 from jax._src import util as jax_util
 
 from jaxpr_io import vocabulary
-from jaxpr_io.compat import pallas_pipeline
+from jaxpr_io.compat import hi_linearized, pallas_pipeline
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError
 
@@ -264,8 +264,11 @@ class Jax011(Adapter):
   name_from_format = {"closed_call": "eval_jaxpr", "call": "eval_jaxpr",
                       "core_call": "eval_jaxpr"}
   params_to_format = {"jit": _jit_to_format, "scan": _scan_to_format,
-                      "composite": _composite_to_format}
+                      "composite": _composite_to_format,
+                      # 0.11.0 lacks has_sres (compat/hi_linearized.py).
+                      **hi_linearized.TO_FORMAT}
   params_from_format = {"jit": _jit_from_format, "scan": _scan_from_format,
+                        **hi_linearized.FROM_FORMAT,
                         "eval_jaxpr": _eval_jaxpr_from_format,
                         "composite": _composite_from_format,
                         "xla_metadata_call": _xla_metadata_call_from_format,

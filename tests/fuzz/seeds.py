@@ -366,6 +366,28 @@ if _compiles_relayout():
   SEEDS["relayout"] = relayout
 
 
+def hi_prims():
+  """`call_hi_primitive` with its `_prim` record (JAX's own hi primitive
+  classes: searchsorted on every release; JAX 0.12's jax.numpy binds frexp
+  and ldexp too)."""
+  from jax._src.numpy import hijax as numpy_hijax  # pylint: disable=import-outside-toplevel
+
+  def f(a, v, x):
+    i = numpy_hijax.searchsorted(a, v, side="right", method="sort")
+    mantissa, exponent = jnp.frexp(x)
+    return i, jnp.ldexp(mantissa, exponent + 1)
+  # A generator of its own, so that the other seeds' values stay as they were.
+  rng = np.random.RandomState(7)
+  a, v, x = (rng.normal(size=n).astype(F32) for n in (8, 5, 4))
+  return f, (np.sort(a), v, x), {}
+
+
+# (`custom_lin` has no seed, for the reason `pinned` has none: a program
+# that holds it cannot run forward or be lowered, so `check=True` refuses
+# the unmutated seed; tests/test_custom_lin.py crafts its bad files.)
+SEEDS["hi_prims"] = hi_prims
+
+
 def hijax_boxes():
   """JAX 0.10's boxes and logs, made in the program and passed to a jit-ted
   step: box and log avals, and quasi-dynamic data on both jaxprs."""
