@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io import hi_mutable
 from jaxpr_io import static
 from jaxpr_io import tree_calls
 from jaxpr_io import tree_nodes
@@ -128,6 +129,12 @@ def _match(arg_def, value, head: tuple[str, ...], where: str, avals) -> list:
   for path, aval in zip(paths, avals):
     text = _text_path(tree_calls.call_path(path))
     shown = where + jax.tree_util.keystr(tuple(path))
+    if hi_mutable.is_hi_mutable(aval):
+      # A constant is immutable: a box's contents change with each call.
+      raise UnsupportedError(
+          f"bind {shown}: the input is a {aval.str_short()} (JAX 0.10's "
+          "mutable Box or Log), which cannot become a constant; pass it in "
+          "each call")
     if any(type(d) is symbolic.DimExpr for d in aval.shape):
       raise UnsupportedError(
           f"bind {shown}: the input has symbolic dimensions "

@@ -25,6 +25,7 @@ import numpy as np
 
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
+from jaxpr_io import hi_mutable
 from jaxpr_io import trust
 from jaxpr_io import validate
 from jaxpr_io import vocabulary
@@ -399,6 +400,16 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
       problem = rule(e) if rule else None
       if problem:
         raise FormatError(f"equation {i} ({e.primitive.name}): {problem}")
+
+  # JAX 0.10's boxes and logs: their primitives take and make them where
+  # their rules expect (hi_mutable.equation_problem).
+  if any(kinds[k].primitive.name in hi_mutable.PRIMITIVE_NAMES
+         for k in used_kinds):
+    for i, e in enumerate(eqns):
+      if e.primitive.name in hi_mutable.PRIMITIVE_NAMES:
+        problem = hi_mutable.equation_problem(e)
+        if problem:
+          raise FormatError(f"equation {i} ({e.primitive.name}): {problem}")
 
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.

@@ -10,10 +10,12 @@ import jax
 from jaxpr_io import checks
 from jaxpr_io import compat
 from jaxpr_io import container
+from jaxpr_io import hi_mutable
 from jaxpr_io import specialize
 from jaxpr_io import static
 from jaxpr_io import tree_calls
 from jaxpr_io import validate
+from jaxpr_io.compat import hi_mutable as compat_hi
 from jaxpr_io.compat import symbolic
 from jaxpr_io import reader
 from jaxpr_io import writer
@@ -87,8 +89,13 @@ class Program:
       # place becomes its `Static` node again (see jaxpr_io/static.py).
       call = static.mark(call, statics)
     flat = tree_calls.flatten_call_args(self.in_tree, call)
-    return jax.tree_util.tree_unflatten(self.out_tree,
-                                        self._flat_fun(flat)(*flat))
+    fun = self._flat_fun(flat)
+    if self._boxes:
+      flat = hi_mutable.exact_inputs(
+          self._closed_jaxpr.in_avals, flat,
+          list(map(tree_calls.display_path,
+                   tree_calls.leaf_paths(self.in_tree))))
+    return jax.tree_util.tree_unflatten(self.out_tree, fun(*flat))
 
   def signature(self) -> str:
     """The call signature as text: each input leaf by its key path in
@@ -140,13 +147,24 @@ class Program:
       except FormatError as e:
         raise TypeError(str(e)) from None
       self._symbolic = specialize.has_symbolic_dims(closed.in_avals)
+      self._boxes = hi_mutable.has_boxes(closed.jaxpr)
       self._fun = compat.jaxpr_as_fun(closed)
       self._specialized = {}
-    shapes = [jax.numpy.shape(x) for x in flat]
+    # Boxes and logs (JAX 0.10) have no shape: what they hold is checked.
+    shapes = [() if compat_hi.current_state(x) is not None
+              else jax.numpy.shape(x) for x in flat]
     if not self._symbolic:
       # eval_jaxpr trusts its arguments: a wrong shape would run the
       # program's equations on operands they were not built for.
       for i, (shape, aval) in enumerate(zip(shapes, closed.in_avals)):
+        if hi_mutable.is_hi_mutable(aval) or compat_hi.current_state(
+            flat[i]) is not None:
+          problem = hi_mutable.arg_problem(closed.jaxpr.invars[i], flat[i])
+          if problem:
+            path = tree_calls.display_path(
+                tree_calls.leaf_paths(self.in_tree)[i])
+            raise TypeError(f"input {path} {problem}")
+          continue
         if tuple(shape) != getattr(aval, "shape", ()):  # tokens: ()
           path = tree_calls.display_path(tree_calls.leaf_paths(self.in_tree)[i])
           raise TypeError(f"input {path} has shape {tuple(shape)}, but the "
@@ -330,7 +348,11 @@ def _check(program: Program, source: str) -> None:
     # `checkify.check`s compile only functionalized, as in the original.
     fun = checks.functionalized(fun)
   try:
-    args = [_abstract_arg(a) for a in closed.in_avals]
+    # A box or log input (JAX 0.10) is passed as one holding zeros of the
+    # types its initial quasi-dynamic data names.
+    args = [hi_mutable.example_arg(v) if hi_mutable.is_hi_mutable(a)
+            else _abstract_arg(a)
+            for a, v in zip(closed.in_avals, closed.jaxpr.invars)]
   except FormatError as e:
     raise FormatError(f"{source}: the program cannot be called: {e}") from None
   steps = (

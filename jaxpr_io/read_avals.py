@@ -26,6 +26,7 @@ from jaxpr_io import compat
 from jaxpr_io.compat import symbolic
 from jaxpr_io import dim_grammar
 from jaxpr_io import dtypes
+from jaxpr_io import hi_mutable
 from jaxpr_io import pallas
 from jaxpr_io import params
 from jaxpr_io import registry
@@ -106,6 +107,8 @@ class AvalReader:
       return self._decode_future(m.future)
     if kind == "lin_val":
       return self._decode_lin_val(m.lin_val)
+    if kind == "hi_mutable":
+      return hi_mutable.decode_aval(self, m.hi_mutable)
     if kind != "shaped_array":
       raise FormatError(f"aval of unknown kind {kind!r}")
     sa = m.shaped_array

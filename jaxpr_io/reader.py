@@ -34,6 +34,7 @@ from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io import equations
+from jaxpr_io import hi_mutable
 from jaxpr_io import libraries
 from jaxpr_io import params
 from jaxpr_io import pytrees  # noqa: F401  (registers the treedef param codecs)
@@ -96,6 +97,8 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     self.pending_blobs: set[int] = set()
     self.strings = msg.strings[:]
     self.avals: list[Any] = []
+    # Whether an aval is a box's or a log's (format version 8).
+    self.has_hi_mutable = False
     self._arrays: list[Any] = [None] * len(msg.arrays)
     self._array_done = [False] * len(msg.arrays)
     self.contexts: list[Any] = [None] * len(msg.eqn_contexts)
@@ -454,6 +457,12 @@ class _JaxprDecoder:
       eqns = equations.build(self, batch, i, cols)
     except validate.DECODE_ERRORS as e:
       raise FormatError(validate.describe_error(e)) from None
+    if m.qdds or r.has_hi_mutable:
+      # Version 8: boxes' and logs' quasi-dynamic data.
+      try:
+        hi_mutable.apply_qdds(r, m, self.env, len(constvars) + len(invars))
+      except validate.DECODE_ERRORS as e:
+        raise FormatError(validate.describe_error(e)) from None
     try:
       outvars = [self.atom(a) for a in m.outvars[:]]
       effects = self.effects(m.effects)

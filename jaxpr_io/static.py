@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from jaxpr_io import tree_calls
+from jaxpr_io.compat import hi_mutable as compat_hi
 
 # Python scalars are inputs (weakly typed), as `jax.make_jaxpr` makes them.
 _DYNAMIC_TYPES = (np.ndarray, np.generic, bool, int, float, complex)
@@ -46,9 +47,12 @@ jax.tree_util.register_pytree_node(
 
 def is_dynamic(x) -> bool:
   """Whether a leaf is an input: an array, a ShapeDtypeStruct, a Python or
-  numpy scalar, anything else with a shape and a dtype (tracers), or an
-  object JAX converts to an array (`__jax_array__`)."""
+  numpy scalar, anything else with a shape and a dtype (tracers), an
+  object JAX converts to an array (`__jax_array__`), or a JAX 0.10 `Box` or
+  `Log` (jaxpr_io/hi_mutable.py)."""
   if isinstance(x, _DYNAMIC_TYPES) or isinstance(x, jax.Array):
+    return True
+  if compat_hi.current_state(x) is not None:
     return True
   return (hasattr(x, "shape") and hasattr(x, "dtype")) or hasattr(
       x, "__jax_array__")

@@ -162,13 +162,24 @@ Changelog (newest last):
     tracers of the constvars' types (jaxpr_io/compat/dead_consts.py);
     readers check that its constvars are as many as the constants its
     `_ClosureConvert` node of the `treedef` param passes.
+  * 2026-11-26, version 8: JAX 0.10's mutable hijax types. `Aval.hi_mutable`
+    (`MutableHiType`: jax._src.hijax's `BoxTy` or `LogTy`, the types of
+    `Box` and `Log`) and `Jaxpr.qdds`, the quasi-dynamic data of a jaxpr's
+    variables that have any (`Var.initial_qdd`/`final_qdd`: what a box
+    holds, as a `BoxTypeState` of leaf avals and a treedef; a log's is
+    empty), which every box or log input of a jaxpr MUST have; the effect
+    `jax.hijax.box` of their reads and writes. The primitives `new_box`,
+    `box_get`, `box_set`, `new_log` and `log_extend` become storable
+    (jaxpr_io/hi_mutable.py). JAX 0.11.1 and later have no
+    boxes: their readers refuse such files with a FormatError naming JAX
+    0.10.2. Readers of version 8 read versions 1 to 7.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 OLDEST_READABLE_FORMAT_VERSION = 1
 
 # SHA-256 of the compiled schema descriptor (jaxpr_io/_proto/jaxpr.desc) that
@@ -182,4 +193,5 @@ SCHEMA_FINGERPRINTS = {
     5: "81cc109773a083b139f9d68dc720784b724db2732c2fb8ed6ebf5871d02eb7b6",
     6: "c52b2ef5be61a42996fd493238a7a59f5eb3341cbd7062481f166a467a75e435",
     7: "1675cec0211fbe4e0d0ad4c9e8fb0c0f77ae4a11ca84930f9b7c3486fa3b3d75",
+    8: "1723ab128d2fb4b20d7203e42a89c23202a633248c1a99ef605f4bd392be6d8d",
 }

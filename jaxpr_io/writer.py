@@ -22,6 +22,7 @@ from jaxpr_io import compat
 from jaxpr_io import container
 from jaxpr_io.compat import symbolic
 from jaxpr_io import dtypes
+from jaxpr_io import hi_mutable
 from jaxpr_io import libraries
 from jaxpr_io import library_codecs
 from jaxpr_io import pallas
@@ -347,11 +348,14 @@ class Writer:
     if t is compat.AbstractLinVal:
       self._encode_lin_val(aval, out.lin_val)
       return
+    if hi_mutable.is_hi_mutable(aval):
+      hi_mutable.encode_aval(aval, out)
+      return
     if t is not compat.ShapedArray:
       raise UnsupportedError(
           f"abstract value {aval} of type {t.__name__} cannot be stored "
-          "(ShapedArray, AbstractRef, AbstractFuture, AbstractLinVal and "
-          "AbstractToken can)")
+          "(ShapedArray, AbstractRef, AbstractFuture, AbstractLinVal, "
+          "AbstractToken and JAX 0.10's BoxTy and LogTy can)")
     sa = out.shaped_array
     if all(type(d) is int for d in aval.shape):
       sa.sizes.extend(aval.shape)
@@ -643,15 +647,16 @@ class _JaxprEncoder:
     self.w = writer
     self.jaxpr = jaxpr
     self.env: dict[Any, int] = {}
+    # (number, variable) of the variables with quasi-dynamic data (JAX
+    # 0.10's boxes and logs: jaxpr_io/hi_mutable.py), in binding order.
+    self.qdd_vars: list[tuple[int, Any]] = []
 
   def bind(self, var) -> None:
-    if compat.var_has_qdd(var):
-      raise UnsupportedError(
-          "variables with quasi-dynamic data (mutable hijax types) cannot "
-          "be stored")
     if var in self.env:
       raise UnsupportedError("a variable is bound twice; the jaxpr is "
                              "malformed")
+    if compat.var_has_qdd(var):
+      self.qdd_vars.append((len(self.env), var))
     self.env[var] = len(self.env)
 
   def atom(self, atom) -> int:
@@ -712,6 +717,8 @@ class _JaxprEncoder:
         raise UnsupportedError(
             f"equation {i} ({eqn.primitive.name}), {e}") from None
     columns.pack()
+    if self.qdd_vars:
+      hi_mutable.encode_qdds(w, self.qdd_vars, message.qdds)
     message.outvars.extend(self.atom(a) for a in jaxpr.outvars)
     self.effects(jaxpr.effects, message.effects)
     self.debug_info(jaxpr.debug_info, message.debug_info)

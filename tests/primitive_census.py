@@ -93,12 +93,7 @@ REFUSED_BY_PARAM = {"call_exported": "exported"}
 # cannot store yet. Work that remains (issue 12); `dumps` refuses programs
 # with them with an UnsupportedError naming the equation
 # (tests/test_coverage_parallel.py, test_known_gaps_are_refused_by_name).
-_HI_MUTABLE = ("(JAX 0.10 jax._src.hijax; gone in 0.12) a Box or Log is a "
-               "mutable hijax type whose variables carry quasi-dynamic data, "
-               "which the schema cannot hold (writer.py refuses them)")
 GAPS: dict[str, str] = {
-    **dict.fromkeys(("new_box", "box_get", "box_set", "new_log",
-                     "log_extend"), _HI_MUTABLE),
     # call_hi_primitive is storable when its `_prim` is one of JAX's own
     # hi primitive classes (jaxpr_io/hi_prims.py, tests/test_hiprims.py);
     # a user's class is refused at dumps, naming the equation and param.
@@ -107,6 +102,9 @@ GAPS: dict[str, str] = {
     # custom_partitioning is storable when its object is registered
     # (jaxpr_io/custom_partitioning.py, tests/test_custom_partitioning.py);
     # an unregistered one is refused at dumps, naming the equation and param.
+    # JAX 0.10's boxes and logs (new_box, box_get, box_set, new_log,
+    # log_extend) are storable since format version 8
+    # (jaxpr_io/hi_mutable.py, tests/test_hijax_boxes.py).
 }
 
 

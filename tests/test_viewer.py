@@ -28,7 +28,9 @@ import numpy as np
 import pytest
 
 import jaxpr_io
+from jaxpr_io.compat import hi_mutable as compat_hi
 from tests import viewer_summary
+from tests.test_golden import NEEDS_BOXES
 from tests.zoo import ZOO as ZOO1
 from tests.zoo2 import REFUSED, ZOO2
 
@@ -152,6 +154,11 @@ def test_html_page_holds_the_file(tmp_path):
 def test_golden_files():
   assert len(GOLDEN) >= 70
   for path, js in zip(GOLDEN, js_summaries(GOLDEN)):
+    if path.stem in NEEDS_BOXES and not compat_hi.SUPPORTED:
+      # This JAX cannot load the file (tests/test_golden.py): the readers'
+      # summaries still agree, without JAX's own objects to anchor them.
+      assert js == viewer_summary.summary(path.read_bytes()), path.name
+      continue
     assert_same(js, path.read_bytes(), str(path.relative_to(ROOT)))
 
 

@@ -26,6 +26,7 @@ import jaxpr_io
 from jaxpr_io import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import container
+from jaxpr_io import hi_mutable
 from jaxpr_io import registry
 from jaxpr_io.tools.load import input_paths, output_paths
 
@@ -58,6 +59,9 @@ def _enum_names(enum_name: str) -> dict[int, str]:
 
 
 _DTYPES = {n: name.lower() for n, name in _enum_names("DType").items()}
+# Version 8: MUTABLE_HI_KIND_BOX -> "box", as the JavaScript reader names it.
+_HI_MUTABLE_TYPES = {n: name.rsplit("_", 1)[1].lower()
+                     for n, name in _enum_names("MutableHiKind").items()}
 _HOST_KINDS = _enum_names("HostKind")
 _TREE_KINDS = _enum_names("PyTree.Kind")
 
@@ -138,6 +142,8 @@ class _Summarizer:
       return {"future": self.aval(m.future.inner_aval)}
     if kind == "lin_val":  # version 7
       return {"lin_val": self.aval(m.lin_val.inner_aval)}
+    if kind == "hi_mutable":  # version 8
+      return {"hi_mutable": _HI_MUTABLE_TYPES[m.hi_mutable.kind]}
     return {"token": True}
 
   def array(self, i):
@@ -375,6 +381,8 @@ def summary(data: bytes) -> dict:
 def _aval_of(aval) -> dict:
   if type(aval) is compat.AbstractToken:
     return {"token": True}
+  if hi_mutable.is_hi_mutable(aval):
+    return {"hi_mutable": "box" if aval.str_short() == "BoxTy" else "log"}
   dtype = str(aval.dtype)
   return {"dtype": dtype, "shape": [d if type(d) is int else str(d)
                                     for d in aval.shape],

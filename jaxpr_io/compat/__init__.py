@@ -587,7 +587,10 @@ for _name, _path in (("jax.debug", "jax._src.debugging:debug_effect"),
                      ("jax.thunky", "jax._src.thunky.thunky:thunk_effect"),
                      # lax.dce_sink's: keeps its operand from dead-code
                      # elimination.
-                     ("jax.no_dce", "jax._src.lax.lax:no_dce_effect")):
+                     ("jax.no_dce", "jax._src.lax.lax:no_dce_effect"),
+                     # Reads and writes of JAX 0.10's boxes and logs (one
+                     # object: hijax's `log_effect` is `box_effect`).
+                     ("jax.hijax.box", "jax._src.hijax:box_effect")):
   _module_name, _attr = _path.split(":")
   try:
     _effect = getattr(importlib.import_module(_module_name), _attr)

@@ -28,6 +28,7 @@ import numpy as np
 from jax import ad_checkpoint
 
 import jaxpr_io
+from jaxpr_io.compat import hi_mutable as compat_hi
 from tests import programs
 from tests.fuzz import hostfns
 
@@ -385,6 +386,28 @@ def hi_prims():
 # that holds it cannot run forward or be lowered, so `check=True` refuses
 # the unmutated seed; tests/test_custom_lin.py crafts its bad files.)
 SEEDS["hi_prims"] = hi_prims
+
+
+def hijax_boxes():
+  """JAX 0.10's boxes and logs, made in the program and passed to a jit-ted
+  step: box and log avals, and quasi-dynamic data on both jaxprs."""
+  def f(x, y):
+    box, log = compat_hi.Box({"acc": x}), compat_hi.Log()
+
+    @jax.jit
+    def step(b, l, v):
+      b.set({"acc": b.get()["acc"] * 2.0 + v})
+      l.append("seen", v)
+      return v.sum()
+    t = step(box, log, y) + step(box, log, y * 3.0)
+    return box.get()["acc"] + t
+  return f, (_normal(3), _normal(3)), {}
+
+
+# Format version 8: box and log avals, variables' quasi-dynamic data; only
+# where JAX has them (0.10).
+if compat_hi.SUPPORTED:
+  SEEDS["hijax_boxes"] = hijax_boxes
 
 
 def build_one(name: str) -> bytes:

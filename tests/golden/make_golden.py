@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import jaxpr_io  # noqa: E402  pylint: disable=g-import-not-at-top
+from jaxpr_io.compat import hi_mutable as compat_hi  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _rng = np.random.RandomState(1234)
 
@@ -143,6 +144,27 @@ def async_collectives(x):
                                out_specs=jax.P("i")))(x)
 
 
+def hijax_boxes(x, y):
+  # From version 8: JAX 0.10's mutable hijax types. A Box and a Log made in
+  # the program and passed to a jit-ted step (whose inputs carry the boxes'
+  # quasi-dynamic data), which reads and writes the box and appends to the
+  # log. Written only by releases that have them (jax._src.hijax.Box).
+  from jax._src import hijax  # pylint: disable=g-import-not-at-top
+  box = hijax.Box({"acc": x, "n": jnp.zeros((), jnp.int32)})
+  log = hijax.Log()
+
+  @jax.jit
+  def step(b, l, v):
+    s = b.get()
+    b.set({"acc": s["acc"] * 2.0 + v, "n": s["n"] + 1})
+    l.append("seen", v)
+    return v.sum()
+  t = step(box, log, y)
+  t = t + step(box, log, y * 3.0)
+  final = box.get()
+  return final["acc"] + t, final["n"]
+
+
 CASES = {
     "mlp_constants": (closed_mlp, (_rng.randn(4, 6).astype(np.float32),), {}),
     "control_flow": (control_flow, (_rng.randn(5, 3).astype(np.float32),
@@ -172,6 +194,11 @@ CASES = {
     "async_collectives": (async_collectives,
                           (_rng.randn(4, 3).astype(np.float32),), {}),
 }
+# From version 8, where this JAX has boxes (JAX 0.10).
+if compat_hi.SUPPORTED:
+  CASES["hijax_boxes"] = (hijax_boxes,
+                          (_rng.randn(3).astype(np.float32),
+                           _rng.randn(3).astype(np.float32)), {})
 
 
 def main():

@@ -354,7 +354,8 @@ class Program {
   }
 
   // An aval: {kind: 'array', dtype, shape: [int|string], weak} | {kind: 'token'} | {kind: 'ref', inner}
-  // | {kind: 'future', inner, done} | {kind: 'lin_val', inner, memory}.
+  // | {kind: 'future', inner, done} | {kind: 'lin_val', inner, memory}
+  // | {kind: 'hi_mutable', type: 'box' | 'log'}.
   aval(i) {
     if (this._avals[i]) return this._avals[i];
     const m = this.index('avals', i, 'aval');
@@ -385,6 +386,12 @@ class Program {
       a = {kind: m.$kind, inner: this.aval(f.inner_aval)};
       if (m.$kind === 'future' && f.done) a.done = this.string(f.done - 1);
       if (m.$kind === 'lin_val' && f.memory_space) a.memory = f.memory_space === 1 ? 'hbm' : 'vmem';
+    } else if (m.$kind === 'hi_mutable') {
+      // Version 8: JAX 0.10's Box or Log. What a box holds (Jaxpr.qdds) is
+      // not shown.
+      const k = m.hi_mutable.kind;
+      if (k !== 1 && k !== 2) throw new FormatError(`aval ${i} is of unknown mutable hijax type kind ${k}`);
+      a = {kind: 'hi_mutable', type: k === 1 ? 'box' : 'log'};
     } else {
       throw new FormatError(`aval ${i} has no kind`);
     }
@@ -640,6 +647,7 @@ function avalText(a) {
   if (a.kind === 'ref') return `Ref{${avalText(a.inner)}}`;
   if (a.kind === 'future') return `AbstractFuture{${avalText(a.inner)}}`;
   if (a.kind === 'lin_val') return `LinVal{${avalText(a.inner)}}`;
+  if (a.kind === 'hi_mutable') return a.type === 'box' ? 'BoxTy' : 'Log';  // as JAX prints them
   const d = SHORT[a.dtype] || a.dtype;
   return `${d}[${a.shape.join(',')}]${a.weak ? '{weak}' : ''}`;
 }
@@ -672,7 +680,8 @@ function summarize(prog) {
   const avalSummary = (a) => a.kind === 'array' ? {dtype: a.dtype, shape: a.shape, weak: a.weak}
     : a.kind === 'ref' ? {ref: avalSummary(a.inner)}
     : a.kind === 'future' ? {future: avalSummary(a.inner)}
-    : a.kind === 'lin_val' ? {lin_val: avalSummary(a.inner)} : {token: true};
+    : a.kind === 'lin_val' ? {lin_val: avalSummary(a.inner)}
+    : a.kind === 'hi_mutable' ? {hi_mutable: a.type} : {token: true};
   const valueSummary = (v) => {
     if (v === null || typeof v === 'boolean' || typeof v === 'string') return v;
     if (typeof v === 'number' || typeof v === 'bigint') return jsonNumber(v);

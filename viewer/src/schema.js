@@ -60,6 +60,11 @@ const JAXPR_SCHEMA = {
    "MEMORY_SPACE_HOST": 2,
    "MEMORY_SPACE_UNSPECIFIED": 0
   },
+  "MutableHiKind": {
+   "MUTABLE_HI_KIND_BOX": 1,
+   "MUTABLE_HI_KIND_LOG": 2,
+   "MUTABLE_HI_KIND_UNSPECIFIED": 0
+  },
   "NameStack.Entry.Kind": {
    "KIND_UNSPECIFIED": 0,
    "SCOPE": 1,
@@ -76,7 +81,7 @@ const JAXPR_SCHEMA = {
    "TUPLE": 3
   }
  },
- "format_version": 7,
+ "format_version": 8,
  "messages": {
   "AbstractFuture": {
    "1": [
@@ -206,6 +211,13 @@ const JAXPR_SCHEMA = {
     false,
     "AbstractLinVal",
     "kind"
+   ],
+   "6": [
+    "hi_mutable",
+    "message",
+    false,
+    "MutableHiType",
+    "kind"
    ]
   },
   "Blob": {
@@ -237,6 +249,22 @@ const JAXPR_SCHEMA = {
     "bool",
     true,
     null,
+    null
+   ]
+  },
+  "BoxTypeState": {
+   "1": [
+    "leaf_avals",
+    "uint32",
+    true,
+    null,
+    null
+   ],
+   "2": [
+    "treedef",
+    "message",
+    false,
+    "Value",
     null
    ]
   },
@@ -636,6 +664,13 @@ const JAXPR_SCHEMA = {
     false,
     "Equations",
     null
+   ],
+   "9": [
+    "qdds",
+    "message",
+    true,
+    "VarQdd",
+    null
    ]
   },
   "KeyValue": {
@@ -651,6 +686,16 @@ const JAXPR_SCHEMA = {
     "string",
     false,
     null,
+    null
+   ]
+  },
+  "LogTypeState": {},
+  "MutableHiType": {
+   "1": [
+    "kind",
+    "enum",
+    false,
+    "MutableHiKind",
     null
    ]
   },
@@ -987,6 +1032,22 @@ const JAXPR_SCHEMA = {
     "kind"
    ]
   },
+  "Qdd": {
+   "1": [
+    "box",
+    "message",
+    false,
+    "BoxTypeState",
+    "kind"
+   ],
+   "2": [
+    "log",
+    "message",
+    false,
+    "LogTypeState",
+    "kind"
+   ]
+  },
   "Record": {
    "1": [
     "type",
@@ -1277,6 +1338,29 @@ const JAXPR_SCHEMA = {
     false,
     "EnumValue",
     "kind"
+   ]
+  },
+  "VarQdd": {
+   "1": [
+    "var",
+    "uint32",
+    false,
+    null,
+    null
+   ],
+   "2": [
+    "initial",
+    "message",
+    false,
+    "Qdd",
+    null
+   ],
+   "3": [
+    "final",
+    "message",
+    false,
+    "Qdd",
+    null
    ]
   }
  },
