@@ -14,9 +14,9 @@ they hold at module level. Each is then one of:
 * listed: in `NOT_STORABLE`, with the reason it cannot or must not be
   stored, or in `NEVER_TRACED`, with where JAX binds it (never in a traced
   program);
-* a gap: in `GAPS`, with what storing it still needs (issue 12);
-* unaccounted: none of these (one a new JAX release adds), which fails
-  tests/test_primitive_census.py.
+* unaccounted: neither (one a new JAX release adds, or one jaxpr_io cannot
+  store yet), which fails tests/test_primitive_census.py: there is no
+  category for "not yet storable".
 
 Storable is not yet covered: a storable primitive is covered when a test
 program that uses it round-trips (`--coverage`, which CI runs after each full
@@ -87,26 +87,6 @@ NOT_STORABLE = {
 # refuse them with a message of their own: name -> the param whose codec
 # refuses it (jaxpr_io/trust.py).
 REFUSED_BY_PARAM = {"call_exported": "exported"}
-
-# name -> what storing it still needs: primitives that jaxpr_io's table
-# knows (or that a traced program holds) whose params or abstract values it
-# cannot store yet. Work that remains (issue 12); `dumps` refuses programs
-# with them with an UnsupportedError naming the equation
-# (tests/test_coverage_parallel.py, test_known_gaps_are_refused_by_name).
-GAPS: dict[str, str] = {
-    # call_hi_primitive is storable when its `_prim` is one of JAX's own
-    # hi primitive classes (jaxpr_io/hi_prims.py, tests/test_hiprims.py);
-    # a user's class is refused at dumps, naming the equation and param.
-    # So is call_hi_primitive_linearized, in the linear jaxprs of jax.vjp
-    # (tests/test_hi_linearized.py).
-    # custom_partitioning is storable when its object is registered
-    # (jaxpr_io/custom_partitioning.py, tests/test_custom_partitioning.py);
-    # an unregistered one is refused at dumps, naming the equation and param.
-    # JAX 0.10's boxes and logs (new_box, box_get, box_set, new_log,
-    # log_extend) are storable since format version 8
-    # (jaxpr_io/hi_mutable.py, tests/test_hijax_boxes.py).
-}
-
 
 def census() -> dict[str, tuple[object, str]]:
   """name -> (primitive, the module that defines it), over every module of
@@ -226,13 +206,11 @@ else:
 
 
 def classify() -> dict[str, list[tuple[str, str]]]:
-  """{"storable", "listed", "gap", "unaccounted"} -> [(name, module)]."""
-  result = {"storable": [], "listed": [], "gap": [], "unaccounted": []}
+  """{"storable", "listed", "unaccounted"} -> [(name, module)]."""
+  result = {"storable": [], "listed": [], "unaccounted": []}
   for name, (prim, module) in sorted(census().items()):
     if name in NOT_STORABLE or name in NEVER_TRACED:
       result["listed"].append((name, module))
-    elif name.split("@")[0] in GAPS:
-      result["gap"].append((name, module))
     elif registry.PRIMITIVES.name_of(prim) is not None:
       result["storable"].append((name, module))
     else:
@@ -243,8 +221,7 @@ def classify() -> dict[str, list[tuple[str, str]]]:
 def summary(result) -> str:
   total = sum(map(len, result.values()))
   return (f"{len(result['storable'])} of {total} primitives storable, "
-          f"{len(result['listed'])} listed with reasons, "
-          f"{len(result['gap'])} not yet storable (gaps)"
+          f"{len(result['listed'])} listed with reasons"
           + (f", {len(result['unaccounted'])} unaccounted for"
              if result["unaccounted"] else ""))
 
@@ -280,7 +257,7 @@ if __name__ == "__main__":
   cli = parser.parse_args()
   classes = classify()
   print(f"jax {jax.__version__}: {summary(classes)}")
-  for kind in ("listed", "gap", "unaccounted"):
+  for kind in ("listed", "unaccounted"):
     for name, module in classes[kind]:
       print(f"  {kind:<11} {name:<40} {module}")
   if cli.coverage:

@@ -10,9 +10,7 @@ original's. Runs on the 8 host CPU devices of tests/conftest.py.
 
 The reduced/unreduced collectives come from explicit-sharding programs
 (`jax.lax.pcast`, `all_gather(..., to=...)`, and JAX 0.12's reductions
-whose out_sharding leaves an axis unreduced by max or min). The primitives
-the format cannot hold yet (tests/primitive_census.py's GAPS) are
-traced too, and dumps must refuse them by name.
+whose out_sharding leaves an axis unreduced by max or min).
 """
 
 from __future__ import annotations
@@ -304,25 +302,3 @@ def test_unreduced_kind_field_is_checked():
   with pytest.raises(jaxpr_io.FormatError, match="ManualAxisType"):
     records.decode_manual_axis_type(
         (frozenset(), frozenset(), frozenset(), "mean"))
-
-
-# ------------------------------------------------------ known gaps refused
-# tests/primitive_census.py's GAPS: programs JAX traces with these
-# primitives, which the format cannot hold yet. dumps must refuse them with
-# an UnsupportedError that names the equation, not write a broken file.
-# (call_hi_primitive itself is storable with JAX's own hi primitive classes,
-# tests/test_hiprims.py; a user's class, as its `_user_hi_primitive`, is
-# what stays refused.)
-from tests.test_hiprims import _user_hi_primitive  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-
-@pytest.mark.parametrize("build,primitive,what", [
-    (lambda mesh: jax.jit(_user_hi_primitive), "call_hi_primitive",
-     "param '_prim'"),
-])
-def test_known_gaps_are_refused_by_name(mesh, build, primitive, what):
-  prog = jaxpr_io.trace(build(mesh), X)
-  assert primitive in _primitives(prog)
-  with pytest.raises(jaxpr_io.UnsupportedError,
-                     match=rf"\({primitive}\).*{what}"):
-    jaxpr_io.dumps(prog)
