@@ -75,6 +75,18 @@ def reframe(msg, data: bytes, **to_bytes_kwargs) -> bytes:
                              layout, **to_bytes_kwargs)
 
 
+def edited(data: bytes, mutate, format_version: int | None = None) -> bytes:
+  """`data` with `mutate(msg)` applied to its `Program` message, reframed
+  with fixed-up checksums; with `format_version`, the header and the
+  message claim that version."""
+  msg = message(data)
+  mutate(msg)
+  if format_version is None:
+    return reframe(msg, data)
+  msg.format_version = format_version
+  return reframe(msg, data, format_version=format_version)
+
+
 def rename_string(data: bytes, old: str, new: str) -> bytes:
   """`data` with string-table entry `old` replaced by `new`."""
   msg = message(data)

@@ -218,10 +218,7 @@ def _param(msg, name: str):
 
 
 def _crafted(edit) -> bytes:
-  data = _file()
-  msg = proto_edit.message(data)
-  edit(msg)
-  return proto_edit.reframe(msg, data)
+  return proto_edit.edited(_file(), edit)
 
 
 def _drop_a_residual(msg):

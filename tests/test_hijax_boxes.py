@@ -234,14 +234,8 @@ def test_a_box_cannot_be_bound_but_the_rest_can():
 
 # ----------------------------------------------------- crafted files
 def _crafted(fn, make_args, mutate, format_version=None) -> bytes:
-  data = jaxpr_io.dumps(jaxpr_io.trace(fn, *make_args()))
-  msg = proto_edit.message(data)
-  mutate(msg)
-  kwargs = {}
-  if format_version is not None:
-    msg.format_version = format_version
-    kwargs["format_version"] = format_version
-  return proto_edit.reframe(msg, data, **kwargs)
+  return proto_edit.edited(jaxpr_io.dumps(jaxpr_io.trace(fn, *make_args())),
+                           mutate, format_version)
 
 
 def _root(msg):

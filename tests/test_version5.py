@@ -32,9 +32,7 @@ _values = proto_edit.values
 
 
 def _edited(data: bytes, mutate) -> bytes:
-  msg = proto_edit.message(data)
-  mutate(msg)
-  return proto_edit.reframe(msg, data)
+  return proto_edit.edited(data, mutate)
 
 
 def test_the_writer_packs_every_int_and_bool_tuple_and_known_shape():

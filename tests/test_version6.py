@@ -48,13 +48,7 @@ def test_a_kernel_memory_space_round_trips():
 
 
 def _crafted(mutate, format_version=None):
-  data = jaxpr_io.dumps(_prog())
-  msg = proto_edit.message(data)
-  mutate(msg)
-  kwargs = {} if format_version is None else {"format_version": format_version}
-  if format_version is not None:
-    msg.format_version = format_version
-  return proto_edit.reframe(msg, data, **kwargs)
+  return proto_edit.edited(jaxpr_io.dumps(_prog()), mutate, format_version)
 
 
 def test_before_version_6_the_field_is_refused():

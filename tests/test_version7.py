@@ -230,14 +230,7 @@ def _future_prog(auto_mesh):
 
 
 def _crafted(prog, mutate, format_version=None):
-  data = jaxpr_io.dumps(prog)
-  msg = proto_edit.message(data)
-  mutate(msg)
-  kwargs = {}
-  if format_version is not None:
-    msg.format_version = format_version
-    kwargs["format_version"] = format_version
-  return proto_edit.reframe(msg, data, **kwargs)
+  return proto_edit.edited(jaxpr_io.dumps(prog), mutate, format_version)
 
 
 def _of_kind(msg, kind):
