@@ -360,6 +360,8 @@ def _check(program: Program, source: str) -> None:
       ("does not type-check", lambda: validate.check_shapes(closed.jaxpr)),
       ("cannot run here", lambda: validate.check_backend_dtypes(
           closed.jaxpr, jax.default_backend())),
+      ("cannot be called here", lambda: validate.check_backend_inputs(
+          closed.in_avals, jax.default_backend())),
       ("cannot run here",
        lambda: validate.check_compiler_aborts(closed.jaxpr)),
       ("cannot be printed", lambda: str(closed)),

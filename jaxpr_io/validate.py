@@ -460,6 +460,27 @@ def check_backend_dtypes(jaxpr, platform: str) -> None:
                         "backend that has the type")
 
 
+# Dtypes whose arrays a backend cannot take as a program's arguments,
+# though programs may compute with them: on the CPU, JAX lowers an int1
+# parameter as XLA's pred but passes an s1 buffer (the call fails with
+# RuntimeProgramInputMismatch), and it cannot put a uint1 array on the
+# device at all (found by tests/fuzz, JAX 0.10.2 and 0.12.0.1 alike).
+_BACKEND_CANNOT_PASS = {"cpu": frozenset({"int1", "uint1"})}
+
+
+def check_backend_inputs(in_avals, platform: str) -> None:
+  """Raises FormatError if an input of a program (`in_avals`) has a dtype
+  whose arrays the `platform` backend cannot take as arguments."""
+  cannot = _BACKEND_CANNOT_PASS.get(platform, frozenset())
+  for i, aval in enumerate(in_avals):
+    dtype = getattr(aval, "dtype", None)
+    if dtype is not None and dtype.name in cannot:
+      raise FormatError(f"input {i} is {aval.str_short()}, and the "
+                        f"{platform} backend cannot take {dtype.name} arrays "
+                        "as arguments; pass it as int8 or bool and convert "
+                        "inside the program")
+
+
 def _all_avals(jaxpr):
   for sub in walk_jaxprs(jaxpr):
     for v in (*sub.constvars, *sub.invars):

@@ -214,6 +214,30 @@ def test_check_runs_jax_type_checker():
     jaxpr_io.loads(bad, check=True)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="the CPU backend's limitation")
+@pytest.mark.parametrize("dtype", ["INT1", "UINT1"])
+def test_check_refuses_inputs_the_backend_cannot_take(dtype):
+  # JAX's CPU backend cannot take int1 or uint1 arrays as arguments (the
+  # original function cannot be called with them either); check=True
+  # promises the first call works, so it refuses such a program.
+  data = jaxpr_io.dumps(jax.make_jaxpr(lambda x: x.astype(jnp.int32))(
+      np.zeros((4, 3), np.int8)))
+  jaxpr_io.loads(data, check=True)
+
+  def retype_input(msg):
+    # The input (an aval index) gets a new aval of the same shape.
+    root = msg.jaxprs[msg.closed_jaxprs[msg.root].jaxpr]
+    aval = msg.avals.add()
+    aval.CopyFrom(msg.avals[root.invars[0]])
+    aval.shaped_array.dtype.dtype = jaxpr_io._proto.DType[dtype]
+    root.invars[0] = len(msg.avals) - 1
+  bad = proto_edit.edited(data, retype_input)
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=rf"input 0 is u?int1\[4,3\].*cannot take"):
+    jaxpr_io.loads(bad, check=True)
+
+
 def test_symbolic_shapes_are_stored_as_expressions():
   b, = jax.export.symbolic_shape("b", constraints=("b >= 2",))
   spec = jax.ShapeDtypeStruct((b, 4), jnp.float32)
