@@ -326,9 +326,16 @@ def _kinds_used(jaxpr_of, kind_ids, n_jaxprs: int, n_kinds: int):
   return used
 
 
-# Hi primitives whose `_prim` types the equation: name -> the check.
-_HI_TYPES = {"call_hi_primitive": validate.hi_primitive_types,
-             "call_hi_primitive_linearized": validate.hi_linearized_types}
+# Primitives whose equations need a check of their own, beyond arity:
+# name -> the check (the problem, or None). Hi primitives' `_prim` must
+# type the equation (validate.hi_primitive_types); JAX 0.10's boxes and
+# logs must be taken and made where their rules expect
+# (hi_mutable.equation_problem).
+_EQUATION_CHECKS = {
+    "call_hi_primitive": validate.hi_primitive_types,
+    "call_hi_primitive_linearized": validate.hi_linearized_types,
+    **dict.fromkeys(hi_mutable.PRIMITIVE_NAMES, hi_mutable.equation_problem),
+}
 
 
 def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
@@ -392,24 +399,14 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
         eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params, {},
                           e.source_info, e.ctx)
 
-  # Hi primitives: their `_prim` must type the equation (see
-  # validate.hi_primitive_types); only programs that use them pay.
-  if any(kinds[k].primitive.name in _HI_TYPES for k in used_kinds):
+  # Equations with checks of their own (_EQUATION_CHECKS); only programs
+  # that use such primitives pay.
+  if any(kinds[k].primitive.name in _EQUATION_CHECKS for k in used_kinds):
     for i, e in enumerate(eqns):
-      rule = _HI_TYPES.get(e.primitive.name)
-      problem = rule(e) if rule else None
+      check = _EQUATION_CHECKS.get(e.primitive.name)
+      problem = check(e) if check else None
       if problem:
         raise FormatError(f"equation {i} ({e.primitive.name}): {problem}")
-
-  # JAX 0.10's boxes and logs: their primitives take and make them where
-  # their rules expect (hi_mutable.equation_problem).
-  if any(kinds[k].primitive.name in hi_mutable.PRIMITIVE_NAMES
-         for k in used_kinds):
-    for i, e in enumerate(eqns):
-      if e.primitive.name in hi_mutable.PRIMITIVE_NAMES:
-        problem = hi_mutable.equation_problem(e)
-        if problem:
-          raise FormatError(f"equation {i} ({e.primitive.name}): {problem}")
 
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.
