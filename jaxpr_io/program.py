@@ -151,14 +151,13 @@ class Program:
       self._fun = compat.jaxpr_as_fun(closed)
       self._specialized = {}
     # Boxes and logs (JAX 0.10) have no shape: what they hold is checked.
-    shapes = [() if compat_hi.current_state(x) is not None
-              else jax.numpy.shape(x) for x in flat]
+    boxed = [compat_hi.current_state(x) is not None for x in flat]
+    shapes = [() if b else jax.numpy.shape(x) for b, x in zip(boxed, flat)]
     if not self._symbolic:
       # eval_jaxpr trusts its arguments: a wrong shape would run the
       # program's equations on operands they were not built for.
       for i, (shape, aval) in enumerate(zip(shapes, closed.in_avals)):
-        if hi_mutable.is_hi_mutable(aval) or compat_hi.current_state(
-            flat[i]) is not None:
+        if boxed[i] or hi_mutable.is_hi_mutable(aval):
           problem = hi_mutable.arg_problem(closed.jaxpr.invars[i], flat[i])
           if problem:
             path = tree_calls.display_path(
