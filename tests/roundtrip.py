@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -102,3 +105,17 @@ def assert_same_outcome(transform, original, loaded, *args):
       jax.jit(transform(loaded))(*args)
     return
   assert_bit_identical(jax.jit(transform(loaded))(*args), expected)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_fresh_python(code: str, *args: str, timeout: float = 300):
+  """Runs `code` with `args` in a fresh Python process (this interpreter,
+  the repository importable, the repository as its working directory) and
+  returns its `subprocess.CompletedProcess`, output captured as text."""
+  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep +
+             os.environ.get("PYTHONPATH", ""))
+  return subprocess.run([sys.executable, "-c", code, *args], env=env,
+                        capture_output=True, text=True, timeout=timeout,
+                        check=False, cwd=REPO)

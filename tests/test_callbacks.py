@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import textwrap
 from typing import NamedTuple
 
@@ -29,11 +26,11 @@ from jax.experimental import io_callback
 import jaxpr_io
 import jaxpr_io.callbacks as callbacks
 from jaxpr_io import FormatError, UnsupportedError, compat
-from tests.roundtrip import assert_bit_identical, assert_roundtrip
+from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
+                             run_fresh_python)
 
 X = np.array([0.5, -1.25, 3.0], np.float32)
 F32_3 = jax.ShapeDtypeStruct((3,), np.float32)
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ------------------------------------------------ registered host functions
@@ -312,11 +309,7 @@ def test_fresh_process_needs_the_registration(tmp_path):
     return jax.pure_callback(host_triple, F32_3, x) + 1
   path = str(tmp_path / "callback.jaxpr")
   jaxpr_io.save(path, jaxpr_io.trace(fn, X))
-  env = dict(os.environ, PYTHONPATH=_REPO + os.pathsep +
-             os.environ.get("PYTHONPATH", ""))
-  result = subprocess.run([sys.executable, "-c", _CHILD, path], env=env,
-                          capture_output=True, text=True, timeout=120,
-                          check=False, cwd=_REPO)
+  result = run_fresh_python(_CHILD, path, timeout=120)
   assert result.returncode == 0, result.stderr
   lines = result.stdout.splitlines()
   [error] = [line for line in lines if line.startswith("FORMAT-ERROR:")]

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -33,14 +30,13 @@ import jaxpr_io
 from jaxpr_io import custom_partitioning as cp_codecs
 from jaxpr_io import registry, validate
 from tests.roundtrip import (assert_bit_identical, assert_roundtrip,
-                             assert_same_outcome)
+                             assert_same_outcome, run_fresh_python)
 
 if jax.device_count() < 8:
   pytest.skip("needs 8 devices (tests/conftest.py forces 8 host CPU devices "
               "unless JAX was initialized before it ran)",
               allow_module_level=True)
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FFT_NAME = "tests.test_custom_partitioning.fft"
 SCALED_NAME = "tests.test_custom_partitioning.scaled_sin"
 
@@ -327,11 +323,7 @@ def test_a_fresh_process_that_registers_the_object_loads_it(mesh, tmp_path):
   f = _on_rows(mesh, fft)
   path = str(tmp_path / "fft.jaxpr")
   jaxpr_io.save(path, jaxpr_io.trace(f, _unsharded(jnp.complex64)))
-  env = dict(os.environ, PYTHONPATH=_REPO + os.pathsep +
-             os.environ.get("PYTHONPATH", ""))
-  result = subprocess.run([sys.executable, "-c", _CHILD, path], env=env,
-                          capture_output=True, text=True, timeout=300,
-                          check=False, cwd=_REPO)
+  result = run_fresh_python(_CHILD, path, timeout=300)
   assert result.returncode == 0, result.stderr
   lines = result.stdout.splitlines()
   [error] = [line for line in lines if line.startswith("FORMAT-ERROR:")]
