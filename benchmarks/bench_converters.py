@@ -1,4 +1,4 @@
-"""Benchmark of the converters, for the example models of tests/models.py.
+"""Benchmark of the converters, for the example models of tests/support/models.py.
 
 For each model it prints the size of the `.jaxpr` file, and for each
 conversion (jax.export StableHLO, TensorFlow SavedModel) its time, the
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jaxpr_io  # noqa: E402
 from jaxpr_io import converters  # noqa: E402
-from tests import models  # noqa: E402
+from tests.support import models  # noqa: E402
 
 MODELS = {"cnn": models.cnn, "transformer": models.transformer,
           "custom_rules": models.custom_rules,

@@ -56,9 +56,9 @@ from jax.extend.core import jaxprs_in_params
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jaxpr_io  # noqa: E402
-import jaxpr_io.container  # noqa: E402
-import jaxpr_io.reader  # noqa: E402
-import jaxpr_io.tree_read  # noqa: E402
+import jaxpr_io.format.container  # noqa: E402
+import jaxpr_io.read.reader  # noqa: E402
+import jaxpr_io.pytree.read  # noqa: E402
 from jaxpr_io import compat  # noqa: E402
 
 TARGET_RATIO = 20.0
@@ -194,8 +194,8 @@ def construction_plan(data):
     Scalars, enum members, dtypes, contexts, literal values and constants
     are kept as built: ``construct`` does not count them.
     """
-    c = jaxpr_io.container.Container(data)
-    closed, in_tree, out_tree, msg, rd = jaxpr_io.reader.read(c, verify_blobs=False)
+    c = jaxpr_io.format.container.Container(data)
+    closed, in_tree, out_tree, msg, rd = jaxpr_io.read.reader.read(c, verify_blobs=False)
     aval_plans = []
     for aval in rd.avals:
         if type(aval) is compat.ShapedArray:
@@ -230,9 +230,9 @@ def construction_plan(data):
         t = type(value)
         if t in (tuple, frozenset, list):
             return ("seq", t, [value_plan(x) for x in value])
-        name = jaxpr_io.registry.RECORDS.by_key.get(t)
+        name = jaxpr_io.codec.registry.RECORDS.by_key.get(t)
         if name is not None:
-            codec = jaxpr_io.registry.RECORDS.by_name[name]
+            codec = jaxpr_io.codec.registry.RECORDS.by_name[name]
             return ("record", codec.from_fields,
                     [value_plan(x) for x in codec.to_fields(value)])
         return ("shared", value)
@@ -253,7 +253,7 @@ def construction_plan(data):
     plans = []
     for i, (m, j) in enumerate(zip(msg.jaxprs, rd.jaxprs)):
         eqns = []
-        in_refs = iter(jaxpr_io.equations.columns_of(rd, m).invars.tolist())
+        in_refs = iter(jaxpr_io.read.equations.columns_of(rd, m).invars.tolist())
         for eqn in j.eqns:
             eqns.append((
                 eqn.primitive,
@@ -398,17 +398,17 @@ def young_collections(data, plan, runs=9):
 # tables, param sets, name stacks, equation contexts and literals, are
 # decoded when an equation first uses them: they count in "jaxprs").
 LOADS_STAGES = (
-    ("parse (protobuf)", (("parse_program", jaxpr_io.reader, "parse_program"),)),
-    ("tables (avals, names)", (("charge_tables", jaxpr_io.reader.Reader, "charge_tables"),
-                                ("decode_avals", jaxpr_io.reader.Reader, "decode_avals"),
-                                ("decode_name_stacks", jaxpr_io.reader.Reader,
+    ("parse (protobuf)", (("parse_program", jaxpr_io.read.reader, "parse_program"),)),
+    ("tables (avals, names)", (("charge_tables", jaxpr_io.read.reader.Reader, "charge_tables"),
+                                ("decode_avals", jaxpr_io.read.reader.Reader, "decode_avals"),
+                                ("decode_name_stacks", jaxpr_io.read.reader.Reader,
                                  "decode_name_stacks"),
-                                ("decode_contexts", jaxpr_io.reader.Reader,
+                                ("decode_contexts", jaxpr_io.read.reader.Reader,
                                  "decode_contexts"))),
-    ("jaxprs (equations)", (("build_jaxprs", jaxpr_io.reader.Reader, "build_jaxprs"),)),
-    ("trees (signature)", (("decode_call_signature", jaxpr_io.tree_read,
+    ("jaxprs (equations)", (("build_jaxprs", jaxpr_io.read.reader.Reader, "build_jaxprs"),)),
+    ("trees (signature)", (("decode_call_signature", jaxpr_io.pytree.read,
                             "decode_call_signature"),
-                           ("decode_treedef", jaxpr_io.tree_read, "decode_treedef"))),
+                           ("decode_treedef", jaxpr_io.pytree.read, "decode_treedef"))),
 )
 
 

@@ -32,7 +32,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import jaxpr_io  # noqa: E402
 from jaxpr_io.tools import html  # noqa: E402
-from tests import viewer_browser  # noqa: E402
+from tests.support import viewer_browser  # noqa: E402
 from bench_format import BATCH, SEQ_LEN, Transformer, count_eqns  # noqa: E402
 
 

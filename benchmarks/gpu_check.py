@@ -5,8 +5,8 @@
     # on the GPU machine (any supported JAX with a CUDA plugin):
     python benchmarks/gpu_check.py run DIR
 
-`write` saves, for tests/models.py's models and some of the second zoo's
-programs (tests/zoo2.py), `DIR/jax-<version>/<name>.jaxpr`, the inputs and
+`write` saves, for tests/support/models.py's models and some of the second zoo's
+programs (tests/support/zoo2.py), `DIR/jax-<version>/<name>.jaxpr`, the inputs and
 this machine's outputs (`<name>.npz`), and the program lowered for
 `("cpu", "cuda")` with `jaxpr_io.converters.save_exported`
 (`<name>.exported`).
@@ -41,7 +41,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jaxpr_io  # noqa: E402
 from jaxpr_io import converters  # noqa: E402
-from tests import models, zoo2  # noqa: E402
+from tests.support import models  # noqa: E402
+from tests.support import zoo2  # noqa: E402
 
 _MODELS = {"cnn": models.cnn, "transformer": models.transformer,
            "custom_rules": models.custom_rules,
@@ -159,7 +160,7 @@ def run(in_dir: str, any_device: bool = False) -> int:
           (k for k in data.files if k.startswith(prefix)),
           key=lambda k: int(k[len(prefix):]))]
       expected = stored("out")
-      # The inputs are rebuilt (tests/models.py and tests/zoo2.py are
+      # The inputs are rebuilt (tests/support/models.py and tests/support/zoo2.py are
       # seeded): the writer's, as the .npz has them.
       gpu_args = jax.tree_util.tree_map(jnp.asarray, args)
       if not _same(gpu_args, stored("arg")):

@@ -10,31 +10,31 @@ The file format is specified by schema/jaxpr.proto.
 
 from jaxpr_io.errors import FormatError, JaxprIoError, UnsupportedError
 # Modules that register codecs for JAX's non-data params on import.
-from jaxpr_io import callbacks  # noqa: F401
-from jaxpr_io import checks as _checks  # noqa: F401
-from jaxpr_io import pallas as _pallas  # noqa: F401
-from jaxpr_io import pallas_sparsecore as _pallas_sparsecore  # noqa: F401
-from jaxpr_io import custom_rules as _custom_rules  # noqa: F401
-from jaxpr_io import custom_lin as _custom_lin  # noqa: F401
-from jaxpr_io import library_codecs as _library_codecs  # noqa: F401
-from jaxpr_io import custom_vmap as _custom_vmap  # noqa: F401
-from jaxpr_io import custom_partitioning as _custom_partitioning  # noqa: F401
-from jaxpr_io import thunky as _thunky  # noqa: F401
-from jaxpr_io import remat as _remat  # noqa: F401
-from jaxpr_io import jaxpr_thunks as _jaxpr_thunks  # noqa: F401
-from jaxpr_io import sharding as _sharding  # noqa: F401
-from jaxpr_io import sparse as _sparse  # noqa: F401
-from jaxpr_io.callbacks import register_callback
-from jaxpr_io.custom_partitioning import register_custom_partitioning
-from jaxpr_io.hi_prims import register_hi_primitive
-from jaxpr_io.pallas_fuser import register_fusion_dtype
-from jaxpr_io.program import Program, dumps, load, loads, save, trace
-from jaxpr_io.trust import DroppedParamWarning, register_ffi_target
-from jaxpr_io.registry import (register_effect_codec, register_enum,
+from jaxpr_io.families import callbacks  # noqa: F401
+from jaxpr_io.families import checkify as _checks  # noqa: F401
+from jaxpr_io.families.pallas import core as _pallas  # noqa: F401
+from jaxpr_io.families.pallas import sparsecore as _pallas_sparsecore  # noqa: F401
+from jaxpr_io.families.custom_rules import registrations as _custom_rules  # noqa: F401
+from jaxpr_io.families.custom_rules import lin as _custom_lin  # noqa: F401
+from jaxpr_io.families.libraries import codecs as _library_codecs  # noqa: F401
+from jaxpr_io.families.custom_rules import vmap as _custom_vmap  # noqa: F401
+from jaxpr_io.families.custom_rules import partitioning as _custom_partitioning  # noqa: F401
+from jaxpr_io.families import thunky as _thunky  # noqa: F401
+from jaxpr_io.families import remat as _remat  # noqa: F401
+from jaxpr_io.families import thunks as _jaxpr_thunks  # noqa: F401
+from jaxpr_io.families import sharding as _sharding  # noqa: F401
+from jaxpr_io.families import sparse as _sparse  # noqa: F401
+from jaxpr_io.families.callbacks import register_callback
+from jaxpr_io.families.custom_rules.partitioning import register_custom_partitioning
+from jaxpr_io.families.hijax.prims import register_hi_primitive
+from jaxpr_io.families.pallas.fuser import register_fusion_dtype
+from jaxpr_io.api.program import Program, dumps, load, loads, save, trace
+from jaxpr_io.safety.trust import DroppedParamWarning, register_ffi_target
+from jaxpr_io.codec.registry import (register_effect_codec, register_enum,
                                register_eqn_param_codec,
                                register_named_tuple, register_param_codec,
                                register_primitive)
-from jaxpr_io.version import FORMAT_VERSION, __version__
+from jaxpr_io.format.version import FORMAT_VERSION, __version__
 
 __all__ = [
     "DroppedParamWarning", "FORMAT_VERSION", "FormatError", "JaxprIoError",

@@ -35,8 +35,8 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from jaxpr_io import container
-from jaxpr_io import program as program_lib
+from jaxpr_io.format import container
+from jaxpr_io.api import program as program_lib
 
 FILENAME = "program.jaxpr"
 
@@ -79,7 +79,7 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
                             trusted=args.trusted)
     if not args.bind:
       return prog
-    from jaxpr_io import bind_sources  # pylint: disable=g-import-not-at-top
+    from jaxpr_io.api import bind_sources  # pylint: disable=g-import-not-at-top
     positional, keyword = {}, {}
     for key, value in args.bind.items():
       if isinstance(value, str):
@@ -120,7 +120,7 @@ class ProgramRestore(ocp.args.CheckpointArgs):
   from the first) or a keyword name to a pytree of arrays, or to a SOURCE
   string: an item of the same step with an optional subtree (`"state:params"`
   binds the `params` of the step's `state` item), an Orbax item directory or
-  an `.npz` file (jaxpr_io/bind_sources.py)."""
+  an `.npz` file (jaxpr_io/api/bind_sources.py)."""
   check: bool = False
   trusted: bool = False
   bind: Optional[Mapping[Union[int, str], Any]] = None

@@ -10,23 +10,23 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
                              _FLAG).strip()
 
 # Keras 3 picks its backend when first imported, possibly by another library
-# (tests/zoo2.py's keras3_mlp needs the JAX backend).
+# (tests/support/zoo2.py's keras3_mlp needs the JAX backend).
 os.environ["KERAS_BACKEND"] = "jax"
 
 
 # Primitive coverage (issue 12: "covered" means a test program that uses the
 # primitive round-trips). With JAXPR_IO_COVERAGE=FILE, every program that
 # jaxpr_io's reader rebuilds in this pytest process is walked, and at the end
-# the census keys (tests/primitive_census.py) of the primitives it used are
-# added to FILE, one per line. `python -m tests.primitive_census --coverage
+# the census keys (tests/support/primitive_census.py) of the primitives it used are
+# added to FILE, one per line. `python -m tests.support.primitive_census --coverage
 # FILE` then names every storable primitive that no test round-tripped.
 # Only programs read back count; programs in subprocesses are not seen.
 _COVERAGE = os.environ.get("JAXPR_IO_COVERAGE")
 _SEEN_PRIMITIVES: set = set()
 
 if _COVERAGE:
-  from jaxpr_io import reader as _reader
-  from jaxpr_io import validate as _validate
+  from jaxpr_io.read import reader as _reader
+  from jaxpr_io.safety import validate as _validate
 
   _original_read = _reader.read
 
@@ -43,5 +43,5 @@ def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
   if not _COVERAGE:
     return
-  from tests import primitive_census
+  from tests.support import primitive_census
   primitive_census.add_coverage(_COVERAGE, _SEEN_PRIMITIVES)

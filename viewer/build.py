@@ -1,7 +1,7 @@
 """Builds the viewer page, jaxpr_io/_viewer/viewer.html, from viewer/src/:
 the template with the stylesheet and the scripts (schema.js, reader.js,
 ui.js, in that order) pasted in. Deterministic: the same sources give the
-same bytes (tests/test_viewer.py checks the shipped page equals a fresh
+same bytes (tests/viewer/test_viewer.py checks the shipped page equals a fresh
 build), and pip installs the built page with the package: no npm.
 
 Usage: python viewer/build.py [--check]

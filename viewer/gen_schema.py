@@ -4,7 +4,7 @@ schema/jaxpr.proto, from the compiled descriptor jaxpr_io/_proto/jaxpr.desc.
 The viewer decodes protobuf with its own small wire decoder
 (viewer/src/reader.js) driven by this table: for each message, each field's
 number -> [name, type, repeated, message-or-enum type, oneof]. A schema change
-needs only `python viewer/gen_schema.py` (tests/test_viewer.py fails when
+needs only `python viewer/gen_schema.py` (tests/viewer/test_viewer.py fails when
 the checked-in file differs from a fresh generation).
 
 Usage: python viewer/gen_schema.py [--check]
@@ -68,7 +68,7 @@ def schema() -> dict:
       add_message("", m, f.package)
     for e in f.enum_type:
       add_enum("", e)
-  from jaxpr_io import version  # the newest format version the page reads
+  from jaxpr_io.format import version  # the newest format version the page reads
   return {"messages": messages, "enums": enums,
           "format_version": version.FORMAT_VERSION,
           "oldest_format_version": version.OLDEST_READABLE_FORMAT_VERSION}

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Prints the JSON summary (viewer/src/reader.js `summarize`) of each .jaxpr
 // file named on the command line, one JSON document per line; a file the
-// reader refuses prints {"error": message}. Used by tests/test_viewer.py.
+// reader refuses prints {"error": message}. Used by tests/viewer/test_viewer.py.
 'use strict';
 const fs = require('fs');
 const reader = require('./src/reader.js');

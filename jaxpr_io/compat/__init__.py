@@ -59,7 +59,7 @@ Jaxpr = core.Jaxpr
 # `ClosedJaxpr` stayed as an alias in 0.11 and is gone in 0.12). On those
 # releases `ClosedJaxpr is Jaxpr`: every jaxpr is "closed" over its (possibly
 # empty) consts, and whether a param holds a closed or an open jaxpr is a
-# fact of the format's vocabulary (`jaxpr_io.vocabulary.OPEN_JAXPR_PARAMS`),
+# fact of the format's vocabulary (`jaxpr_io.codec.vocabulary.OPEN_JAXPR_PARAMS`),
 # not of the Python type.
 ClosedJaxpr = getattr(core, "ClosedJaxpr", core.Jaxpr)
 MERGED_JAXPRS = ClosedJaxpr is Jaxpr
@@ -235,7 +235,7 @@ def close_over_inputs(jaxpr, invars):
   """`jaxpr` (a loaded body whose leading invars are its stored constvars)
   with the equation's input variables `invars` as its constants, as JAX
   0.11+ bind Pallas's `run_scoped` (see
-  jaxpr_io.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). JAX 0.10 keeps the body
+  jaxpr_io.codec.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). JAX 0.10 keeps the body
   open: unchanged there. None if an input is not a variable or the avals
   disagree."""
   if not MERGED_JAXPRS or type(jaxpr) is not Jaxpr or jaxpr.consts or (
@@ -365,7 +365,7 @@ PRIMITIVE_MODULES = (
     "jax._src.pallas.einshape",
     "jax._src.pallas.mosaic.interpret.interpret_pallas_call",
     # The Pallas fuser's pack_dtype/unpack_dtype (user fusion dtypes,
-    # jaxpr_io/pallas_fuser.py).
+    # jaxpr_io/families/pallas/fuser.py).
     "jax._src.pallas.fuser.fusible_dtype",
     # Mosaic TPU's software pipeline (pltpu.emit_pipeline under
     # jax_use_emit_pipeline_primitive; jaxpr_io/compat/pallas_pipeline.py).
@@ -389,11 +389,11 @@ EXCLUDED_PRIMITIVES = frozenset({
     # holds it.
     "_copysign",
     # JAX 0.10's fusible_dtype module imports the fuser's `fusible`, whose
-    # `func` is the user's Python function (tests/primitive_census.py).
+    # `func` is the user's Python function (tests/support/primitive_census.py).
     "fusible",
     # Bound only inside the jaxprs that emit_pipeline's lowering (and from
     # 0.11 its discharge rule and TPU interpret mode) build and consume at
-    # once, never in a traced program (tests/primitive_census.py).
+    # once, never in a traced program (tests/support/primitive_census.py).
     "pipeline_body",
 })
 
@@ -448,7 +448,7 @@ def builtin_primitives() -> dict[str, Any]:
 
 # Params whose values are Python callables that JAX can rebuild from the
 # equation's other params: (primitive name, param name) -> rule(params).
-# jaxpr_io.registry registers each as an equation param codec that stores
+# jaxpr_io.codec.registry registers each as an equation param codec that stores
 # nothing and rebuilds the value on load.
 def _reduce_computation(params):
   closed = params["jaxpr"]

@@ -1,5 +1,5 @@
 """The base of every JAX release's adapter: maps between the release's
-equations and the format's vocabulary (jaxpr_io/vocabulary.py).
+equations and the format's vocabulary (jaxpr_io/codec/vocabulary.py).
 
 An adapter is one object per release line (`jaxpr_io.compat.ADAPTER`). The
 base class implements what every release shares: primitive renames,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from jaxpr_io import vocabulary
+from jaxpr_io.codec import vocabulary
 from jaxpr_io.errors import FormatError
 
 ToFormat = Callable[[dict], dict]
@@ -44,7 +44,7 @@ class Adapter:
   compiler_aborts: frozenset = frozenset()
   # JAX's own hi primitive classes (the `_prim` param of
   # `call_hi_primitive`) that this release defines: stable serialized name
-  # -> class. jaxpr_io/hi_prims.py stores exactly these; the names are part
+  # -> class. jaxpr_io/families/hijax/prims.py stores exactly these; the names are part
   # of the format and MUST stay the same across releases.
   hi_prim_classes: dict[str, type] = {}
   # The base class(es) of every hi primitive of this release, JAX's own and

@@ -20,7 +20,7 @@ at import):
   all data except `in_tree` (a `PyTreeDef`) and `logging_record` (a
   `logging.LogRecord` for `jax.debug.log`, else None).
 
-This module finds those pieces and rebuilds them; `jaxpr_io.callbacks` does
+This module finds those pieces and rebuilds them; `jaxpr_io.families.callbacks` does
 the storing.
 """
 

@@ -14,7 +14,7 @@ jax/_src/interpreters/partial_eval.py and called by `lift_jvp`, `lift_fwd`
 and `_handle_consts_in_bwd` in jax/_src/custom_derivatives.py, by
 `_custom_lin_transpose` in jax/_src/interpreters/ad.py and by the batching
 rules in jax/_src/interpreters/batching.py. This module is the only place
-that touches those internals; `jaxpr_io.custom_rules` builds on it.
+that touches those internals; `jaxpr_io.families.custom_rules.registrations` builds on it.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from __future__ import annotations
 import jax
 
 from jaxpr_io.compat import DebugInfo, MERGED_JAXPRS
-from jaxpr_io.compat import custom_rules
+from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.compat import is_tracer
 
 
@@ -50,7 +50,7 @@ def with_dead_consts(jaxpr, n: int):
   # They outlive their trace on purpose, as the original's do: leak checks
   # (`jax.check_tracer_leaks`) would flag them.
   with jax.check_tracer_leaks(False):
-    custom_rules.trace_flat(capture, avals, DebugInfo(
+    compat_custom_rules.trace_flat(capture, avals, DebugInfo(
         "jaxpr_io", "closure-converted constants",
         tuple(f"consts[{i}]" for i in range(n)), None))
   return jaxpr.with_consts(captured)

@@ -1,7 +1,7 @@
 """Adapter for JAX 0.11.x: its objects <-> the format vocabulary.
 
 These releases changed the jaxpr data model that the format's vocabulary
-(jaxpr_io/vocabulary.py) was first written from (JAX 0.10):
+(jaxpr_io/codec/vocabulary.py) was first written from (JAX 0.10):
 
 * `ClosedJaxpr` merged into `Jaxpr` (handled in `jaxpr_io.compat`: which
   params hold closed jaxprs is a vocabulary table).
@@ -36,7 +36,7 @@ from jax._src import flattree as ft
 from jax._src import tree_util
 from jax._src import util as jax_util
 
-from jaxpr_io import vocabulary
+from jaxpr_io.codec import vocabulary
 from jaxpr_io.compat import hi_linearized, pallas_pipeline
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError
@@ -47,15 +47,15 @@ _INLINE_BY_VALUE = {m.value: m for m in Inline}
 
 # ------------------------------------------------------------- FlatTrees
 # Stored as records. A `Pytree` node's treedef is stored as the nested tuple
-# of jaxpr_io.callbacks (builtin containers only) and rebuilt in JAX's
+# of jaxpr_io.families.callbacks (builtin containers only) and rebuilt in JAX's
 # tracing registry, where FlatTree builds its own.
 def _encode_pytree_node(node):
-  from jaxpr_io import callbacks  # pylint: disable=g-import-not-at-top
+  from jaxpr_io.families import callbacks  # pylint: disable=g-import-not-at-top
   return (node.xs, callbacks.encode_treedef(node.tree))
 
 
 def _decode_pytree_node(fields):
-  from jaxpr_io import callbacks  # pylint: disable=g-import-not-at-top
+  from jaxpr_io.families import callbacks  # pylint: disable=g-import-not-at-top
   xs, stored = fields
   if type(xs) is not tuple:
     raise FormatError("a FlatTree Pytree node needs a tuple of values")

@@ -1,5 +1,5 @@
 """JAX's pytree machinery, as jaxpr_io uses it to store and rebuild pytree
-signatures (see jaxpr_io/pytrees.py for the design).
+signatures (see jaxpr_io/pytree/codec.py for the design).
 
 Everything here goes through `jax.tree_util`'s public API, except JAX's
 tracing registry (`TransformedRef` nodes, registered there alone); what is

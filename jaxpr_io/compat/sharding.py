@@ -1,5 +1,5 @@
 """JAX-release-specific sharding and layout internals used by
-jaxpr_io/sharding.py.
+jaxpr_io/families/sharding.py.
 
 The rest of the sharding vocabulary (meshes, `NamedSharding`,
 `PartitionSpec`, `AxisType`, devices) is in `jaxpr_io.compat`; this module

@@ -61,8 +61,8 @@ import numpy as np
 
 from google.protobuf import descriptor as pb_descriptor
 
-from jaxpr_io import _proto as pb
-from jaxpr_io import container
+from jaxpr_io.format import _proto as pb
+from jaxpr_io.format import container
 
 _FD = pb_descriptor.FieldDescriptor
 

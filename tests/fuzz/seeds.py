@@ -28,8 +28,8 @@ import numpy as np
 from jax import ad_checkpoint
 
 import jaxpr_io
-from jaxpr_io.compat import hi_mutable as compat_hi
-from tests import programs
+from jaxpr_io.compat import hi_mutable as compat_hi_mutable
+from tests.support import programs
 from tests.fuzz import hostfns
 
 F32 = np.float32
@@ -265,7 +265,7 @@ def cond_effects():
 
 
 SEEDS = {
-    # tests/programs.py
+    # tests/support/programs.py
     "mlp": _from_programs("mlp"),
     "shared_jit": _from_programs("shared_jit"),
     "cond": _from_programs("cond"),
@@ -302,7 +302,7 @@ SEEDS = {
 
 def _from_zoo2(name):
   def build():
-    from tests import zoo2  # pylint: disable=g-import-not-at-top
+    from tests.support import zoo2  # pylint: disable=g-import-not-at-top
     return zoo2.ZOO2[name]()
   return build
 
@@ -384,7 +384,7 @@ def hi_prims():
 
 # (`custom_lin` has no seed, for the reason `pinned` has none: a program
 # that holds it cannot run forward or be lowered, so `check=True` refuses
-# the unmutated seed; tests/test_custom_lin.py crafts its bad files.)
+# the unmutated seed; tests/families/custom_rules/test_custom_lin.py crafts its bad files.)
 SEEDS["hi_prims"] = hi_prims
 
 
@@ -392,7 +392,7 @@ def hijax_boxes():
   """JAX 0.10's boxes and logs, made in the program and passed to a jit-ted
   step: box and log avals, and quasi-dynamic data on both jaxprs."""
   def f(x, y):
-    box, log = compat_hi.Box({"acc": x}), compat_hi.Log()
+    box, log = compat_hi_mutable.Box({"acc": x}), compat_hi_mutable.Log()
 
     @jax.jit
     def step(b, l, v):
@@ -406,7 +406,7 @@ def hijax_boxes():
 
 # Format version 8: box and log avals, variables' quasi-dynamic data; only
 # where JAX has them (0.10).
-if compat_hi.SUPPORTED:
+if compat_hi_mutable.SUPPORTED:
   SEEDS["hijax_boxes"] = hijax_boxes
 
 

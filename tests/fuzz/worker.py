@@ -269,7 +269,7 @@ def call(prog):
   """Runs the first call; returns None, or why it was skipped."""
   import contextlib  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
-  from jaxpr_io import checks  # pylint: disable=import-outside-toplevel
+  from jaxpr_io.families import checkify as checks  # pylint: disable=import-outside-toplevel
   made = make_call_args(prog)
   if isinstance(made, str):
     return made

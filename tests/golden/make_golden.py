@@ -9,7 +9,7 @@ version under every supported JAX release (from version 2 on, each release
 writes its own directory; version 1 was written by jax 0.10.2 only, in
 v1/ itself); never regenerate the files of an older version: every later
 jaxpr_io, under every supported release, must keep reading them
-(tests/test_golden.py).
+(tests/format/test_golden.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import jaxpr_io  # noqa: E402  pylint: disable=g-import-not-at-top
-from jaxpr_io.compat import hi_mutable as compat_hi  # noqa: E402  pylint: disable=g-import-not-at-top
+from jaxpr_io.compat import hi_mutable as compat_hi_mutable  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _rng = np.random.RandomState(1234)
 
@@ -195,7 +195,7 @@ CASES = {
                           (_rng.randn(4, 3).astype(np.float32),), {}),
 }
 # From version 8, where this JAX has boxes (JAX 0.10).
-if compat_hi.SUPPORTED:
+if compat_hi_mutable.SUPPORTED:
   CASES["hijax_boxes"] = (hijax_boxes,
                           (_rng.randn(3).astype(np.float32),
                            _rng.randn(3).astype(np.float32)), {})

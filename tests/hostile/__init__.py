@@ -1,4 +1,4 @@
-"""Helpers for tests/test_hostile.py: craft files at the protobuf level and
+"""Helpers for tests/hostile/test_hostile.py: craft files at the protobuf level and
 run code that loads them in a fresh Python process.
 
 Crafting never goes through `dumps`: a real program's `Program` message is
@@ -22,9 +22,9 @@ import textwrap
 import time
 from typing import Callable, Iterator
 
-from jaxpr_io import _proto as pb
-from jaxpr_io import container
-from tests import proto_edit
+from jaxpr_io.format import _proto as pb
+from jaxpr_io.format import container
+from tests.support import proto_edit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

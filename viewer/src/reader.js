@@ -3,7 +3,7 @@
 // the compiled schema), and the resolution of every table of `Program`
 // (strings, avals, arrays, param sets, equation kinds, name stacks, jaxprs,
 // closed jaxprs, pytrees). It is written from schema/jaxpr.proto alone and
-// shares no code with the Python reader; tests/test_viewer.py holds it to the
+// shares no code with the Python reader; tests/viewer/test_viewer.py holds it to the
 // same golden files. Runs in browsers and in node (no dependencies).
 (function (root) {
 'use strict';
@@ -660,7 +660,7 @@ function byteSize(a) {
 }
 
 // ---------------------------------------------------------------- summary
-// A JSON summary that tests compare with tests/viewer_summary.py's, which
+// A JSON summary that tests compare with tests/support/viewer_summary.py's, which
 // computes the same from the Python reader. Sub-jaxprs are numbered in
 // first-visit order of a depth-first walk from the root (equations in order,
 // params in order), so the numbering depends on the program, not the tables.

@@ -1,0 +1,1 @@
+"""The public entry points: Program, trace, dumps/loads, save/load, bind."""

@@ -1,0 +1,238 @@
+"""Explicit registries: primitives, enum types and record types.
+
+Each registry maps a stable serialized name to a Python object and back. The
+names are part of the file format: they MUST stay the same across releases.
+Registering a name or an object twice is an error that names the earlier
+registration, as `jax.export.register_pytree_node_serialization` does.
+
+JAX's own primitives, enums and NamedTuples are registered from the tables in
+`jaxpr_io.compat`; users register their own with the `register_*` functions,
+before `dumps`/`loads`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Generic, Hashable, TypeVar
+
+from jaxpr_io import compat
+from jaxpr_io.families.libraries import table as libraries
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Registry(Generic[K]):
+  """A two-way map between stable names and keys, refusing duplicates."""
+
+  def __init__(self, what: str):
+    self.what = what
+    self.by_name: dict[str, Any] = {}
+    self.by_key: dict[K, str] = {}
+
+  def add(self, key: K, name: str, entry: Any) -> None:
+    if not isinstance(name, str) or not name:
+      raise ValueError(f"a {self.what} needs a non-empty string name, got "
+                       f"{name!r}")
+    if key in self.by_key:
+      raise ValueError(
+          f"{self.what} {key!r} is already registered under the name "
+          f"{self.by_key[key]!r}")
+    if name in self.by_name:
+      raise ValueError(
+          f"the {self.what} name {name!r} is already registered for "
+          f"{self.by_name[name]!r}")
+    self.by_key[key] = name
+    self.by_name[name] = entry
+
+
+# ------------------------------------------------------------- primitives
+class _Primitives:
+  """Primitive name <-> `Primitive`, keyed by object identity: JAX's own,
+  those the user registers, and those of the library table
+  (jaxpr_io/families/libraries/table.py).
+
+  Built lazily: JAX's modules are scanned on the first dump, load or
+  registration.
+  """
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._registry: Registry[int] | None = None
+
+  def _table(self) -> Registry[int]:
+    if self._registry is None:
+      with self._lock:
+        if self._registry is None:
+          registry: Registry[int] = Registry("primitive")
+          for name, prim in compat.builtin_primitives().items():
+            registry.add(id(prim), name, prim)
+          self._registry = registry
+    return self._registry
+
+  def register(self, primitive, name: str) -> None:
+    self._table().add(id(primitive), name, primitive)
+
+  def name_of(self, primitive) -> str | None:
+    name = self._table().by_key.get(id(primitive))
+    if name is None:
+      name = libraries.name_of(primitive)
+    return name
+
+  def lookup(self, name: str):
+    """The primitive of serialized name `name`, or None. A name of the
+    library table (jaxpr_io/families/libraries/table.py) imports the table's module."""
+    name = compat.PRIMITIVE_RENAMES.get(name, name)
+    primitive = self._table().by_name.get(name)
+    if primitive is None:
+      primitive = libraries.load(name)
+    return primitive
+
+
+PRIMITIVES = _Primitives()
+
+
+def register_primitive(primitive, *, name: str | None = None) -> None:
+  """Makes a user-defined `Primitive` storable, under a stable name.
+
+  The name defaults to `primitive.name`. The loading process MUST register
+  the same primitive under the same name before loading a file that uses it
+  (as with custom ops in other formats); loading never imports code.
+  """
+  if not isinstance(primitive, compat.Primitive):
+    raise TypeError(f"expected a jax Primitive, got {type(primitive)}")
+  PRIMITIVES.register(primitive, primitive.name if name is None else name)
+
+
+# ------------------------------------------------------ enums and records
+class RecordCodec:
+  """How one record type maps to a tuple of field values and back."""
+
+  __slots__ = ("cls", "name", "to_fields", "from_fields")
+
+  def __init__(self, cls: type, name: str,
+               to_fields: Callable[[Any], tuple],
+               from_fields: Callable[[tuple], Any]):
+    self.cls = cls
+    self.name = name
+    self.to_fields = to_fields
+    self.from_fields = from_fields
+
+  def __repr__(self):
+    return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+
+ENUMS: Registry[type] = Registry("enum type")
+RECORDS: Registry[type] = Registry("param record type")
+
+
+def register_enum(enum_type: type, *, name: str) -> None:
+  """Makes members of `enum_type` storable as params, by member name."""
+  ENUMS.add(enum_type, name, enum_type)
+
+
+def register_param_codec(cls: type, *, name: str,
+                         encode: Callable[[Any], tuple],
+                         decode: Callable[[tuple], Any]) -> None:
+  """Makes instances of exactly `cls` storable as params.
+
+  `encode(value)` returns a tuple of storable values (ints, strings, tuples,
+  dtypes, other registered types, ...); `decode(fields)` rebuilds the value.
+  Lookup is by exact type: a subclass needs its own registration.
+  """
+  RECORDS.add(cls, name, RecordCodec(cls, name, encode, decode))
+
+
+def register_named_tuple(cls: type, *, name: str) -> None:
+  """Registers a NamedTuple class field by field."""
+  register_param_codec(cls, name=name, encode=tuple,
+                       decode=lambda fields: cls(*fields))
+
+
+# ------------------------------------------------------------ effects
+class EffectCodec:
+  """How instances of one effect type map to a payload value and back."""
+
+  __slots__ = ("cls", "name", "encode", "decode")
+
+  def __init__(self, cls: type, name: str, encode, decode):
+    self.cls = cls
+    self.name = name
+    self.encode = encode
+    self.decode = decode
+
+  def __repr__(self):
+    return f"the effect codec {self.name!r}"
+
+
+EFFECTS: Registry[type] = Registry("effect type")
+
+
+def register_effect_codec(cls: type, *, name: str,
+                          encode: Callable[[Any], Any],
+                          decode: Callable[[Any], Any]) -> None:
+  """Makes effects of exactly type `cls` storable, under `name`.
+
+  `encode(effect)` returns a storable value (the `Effect.payload`);
+  `decode(payload)` rebuilds the effect and raises FormatError for a payload
+  it does not accept."""
+  EFFECTS.add(cls, name, EffectCodec(cls, name, encode, decode))
+
+
+# ------------------------------------------------- per-param codecs
+class EqnParamCodec:
+  """How one (primitive, param) pair whose value is not plain data is stored.
+
+  `encode(value, params)` returns a storable value (anything the param codecs
+  handle: tuples, ints, strings, closed jaxprs, ...); `decode(stored, params)`
+  rebuilds the value. `params` is the equation's params dict (on decode: the
+  params that are plain data, already decoded).
+  """
+
+  __slots__ = ("key", "encode", "decode")
+
+  def __init__(self, key, encode, decode):
+    self.key = key
+    self.encode = encode
+    self.decode = decode
+
+  def __repr__(self):
+    return f"the codec of param {self.key[1]!r} of {self.key[0]!r}"
+
+
+EQN_PARAM_CODECS: dict[tuple[str, str], EqnParamCodec] = {}
+# Primitives (serialized names) with a codec registered with
+# `needs_in_avals=True`.
+INPUT_TYPED_PRIMITIVES: set[str] = set()
+
+
+def register_eqn_param_codec(primitive: str, param: str, *,
+                             encode: Callable[[Any, dict], Any],
+                             decode: Callable[[Any, dict], Any],
+                             needs_in_avals: bool = False) -> None:
+  """Stores param `param` of primitive `primitive` (serialized names) with
+  `encode`/`decode` instead of the codec of its Python type. For params whose
+  values are callables or rules that can be traced or named. With
+  `needs_in_avals`, `encode` may call `jaxpr_io.write.writer.equation_in_avals()`
+  for the equation's input types (e.g. to trace a rule at them), and
+  equations whose inputs differ in type never share a param set."""
+  key = (primitive, param)
+  if key in EQN_PARAM_CODECS:
+    raise ValueError(f"param {param!r} of {primitive!r} already has "
+                     f"{EQN_PARAM_CODECS[key]!r}")
+  EQN_PARAM_CODECS[key] = EqnParamCodec(key, encode, decode)
+  if needs_in_avals:
+    INPUT_TYPED_PRIMITIVES.add(primitive)
+
+
+for _key, _rebuild in compat.DERIVED_PARAMS.items():
+  register_eqn_param_codec(
+      *_key, encode=lambda value, params: None,
+      decode=lambda stored, params, _rebuild=_rebuild: _rebuild(params))
+
+for _name, _enum in compat.ENUMS.items():
+  register_enum(_enum, name=_name)
+for _name, _cls in compat.NAMED_TUPLES.items():
+  register_named_tuple(_cls, name=_name)
+# Record types that only the running JAX release has (e.g. 0.11's FlatTree).
+for _cls, _name, _encode, _decode in compat.ADAPTER.record_codecs:
+  register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

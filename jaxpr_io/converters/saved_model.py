@@ -1,0 +1,191 @@
+"""TensorFlow SavedModels through `jax2tf`, for TensorFlow Serving.
+
+The SavedModel has one signature, `serving_default`, whose inputs are the
+program's inputs in flattened order, named `arg0`, `arg1`, ..., and whose
+outputs are named `out0`, `out1`, .... Symbolic dimensions become `None`.
+The program's constants (the model weights of a traced model) become
+`tf.Variable`s saved under `variables/`, so `saved_model.pb` stays small and
+models beyond GraphDef's 2 GiB limit can be saved. The computation itself is
+one `XlaCallModule` op carrying StableHLO (jax2tf's native serialization);
+TensorFlow Serving must run with `--xla_cpu_compilation_enabled=true` to
+execute it on a CPU.
+
+StableHLO version: `jax.export` serializes for a StableHLO version about a
+month older than jaxlib's (JAX 0.11 and 0.12: 1.18.0), which can be newer
+than the one TensorFlow's XlaCallModule reads (TF 2.21: 1.13.7). The module
+is then serialized for TensorFlow's version instead (StableHLO downgrades the
+ops; `jaxpr_io.compat.export.serialization_target`); a program that version
+cannot express is refused with UnsupportedError.
+
+Limitation: TensorFlow's XLA does not have jaxlib's LAPACK custom calls, so
+programs using the LAPACK-backed `jnp.linalg` functions on the CPU (solve,
+solve_triangular, cholesky, eigh, svd, qr, lu, det, inv) cannot become SavedModels; they are
+refused with UnsupportedError (use `to_exported`, which runs them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from jaxpr_io import compat
+from jaxpr_io.compat import export as compat_export
+from jaxpr_io.compat import symbolic
+from jaxpr_io.converters._common import as_program, check_platforms
+from jaxpr_io.converters.stablehlo import to_exported
+from jaxpr_io.errors import UnsupportedError
+
+
+def _import_tf():
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from jax.experimental import jax2tf  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        "to_saved_model needs TensorFlow: pip install 'jaxpr_io[tf]'") from e
+  return tf, jax2tf
+
+
+# Custom-call targets that jaxlib registers with its own XLA but that
+# TensorFlow's XLA does not have: a SavedModel using them would save fine
+# and fail at serving time, so refuse it up front.
+_NOT_IN_TF = re.compile(r'(?:custom_call @|call_target_name = ")(lapack_\w+)')
+
+
+def _check_runnable_in_tf(prog, platforms) -> None:
+  if platforms and "cpu" not in platforms:
+    return
+  text = to_exported(prog, platforms=("cpu",)).mlir_module()
+  targets = sorted(set(_NOT_IN_TF.findall(text)))
+  if targets:
+    raise UnsupportedError(
+        "the program calls jaxlib's LAPACK kernels "
+        f"({', '.join(targets)}), which TensorFlow's XLA cannot run on a "
+        "CPU; ship it as StableHLO with converters.to_exported / "
+        "save_exported instead, or avoid the LAPACK-backed jnp.linalg "
+        "functions (solve, solve_triangular, cholesky, eigh, svd, qr, lu, "
+        "det, inv)")
+
+
+def _tf_stablehlo_version() -> str | None:
+  """The StableHLO version of TensorFlow's XlaCallModule (TF 2.21: 1.13.7),
+  or None if this TensorFlow does not say."""
+  try:
+    from tensorflow.compiler.mlir.stablehlo import stablehlo  # pylint: disable=g-import-not-at-top
+    return stablehlo.get_current_version()
+  except (ImportError, AttributeError):
+    return None
+
+
+def _stablehlo_target(tf) -> str | None:
+  """The StableHLO version to serialize for: JAX's default target (e.g.
+  1.18.0 on JAX 0.12) if TensorFlow reads it, else TensorFlow's own version
+  (e.g. 1.13.7 on TF 2.21), to which the module is downgraded. None: JAX's
+  default (TensorFlow does not say what it reads)."""
+  tf_version = _tf_stablehlo_version()
+  if tf_version is None:
+    return None
+  if compat_export.is_older(tf_version, compat_export.minimum_version()):
+    raise UnsupportedError(
+        f"TensorFlow {tf.__version__} reads StableHLO {tf_version}, older "
+        f"than the oldest version jax {compat.JAX_VERSION} writes "
+        f"({compat_export.minimum_version()}); upgrade TensorFlow, or ship "
+        "the program as StableHLO with converters.to_exported / "
+        "save_exported")
+  if compat_export.is_older(tf_version, compat_export.default_target()):
+    return tf_version
+  return None
+
+
+def _poly_spec(aval) -> str | None:
+  if not any(type(d) is symbolic.DimExpr for d in aval.shape):
+    return None
+  return "(" + ", ".join(str(d) for d in aval.shape) + ")"
+
+
+def to_saved_model(program, export_dir: str | os.PathLike, *,
+                   with_gradient: bool = False,
+                   platforms: Sequence[str] | None = None) -> None:
+  """Writes `program` as a SavedModel into `export_dir` (see module doc).
+
+  Args:
+    program: a `Program` or `ClosedJaxpr`.
+    export_dir: the SavedModel directory, e.g. `models/NAME/1` for TF Serving.
+    with_gradient: also save first-order gradients (TF can differentiate the
+      loaded function).
+    platforms: lowering platforms, e.g. `("cpu", "cuda")`; default: this
+      process's default backend.
+
+  Raises:
+    UnsupportedError: the program cannot be lowered (e.g. it calls a host
+      callback), or TensorFlow's StableHLO version cannot express it; the
+      message names the cause.
+  """
+  check_platforms(platforms)
+  tf, jax2tf = _import_tf()
+  prog = as_program(program)
+  _check_runnable_in_tf(prog, platforms)
+  closed = prog.closed_jaxpr
+  jaxpr, consts = closed.jaxpr, closed.consts
+  in_avals = closed.in_avals
+
+  def with_consts(weights, *flat_args):
+    return compat.jaxpr_as_fun(compat.ClosedJaxpr(jaxpr, weights))(*flat_args)
+
+  constraints = ()
+  for aval in in_avals:
+    for d in aval.shape:
+      if type(d) is symbolic.DimExpr:
+        constraints = symbolic.scope_constraints(symbolic.scope_of(d))
+        break
+  converted = jax2tf.convert(
+      with_consts,
+      polymorphic_shapes=[None] + [_poly_spec(a) for a in in_avals],
+      polymorphic_constraints=constraints,
+      with_gradient=with_gradient,
+      native_serialization_platforms=tuple(platforms) if platforms else None)
+
+  module = tf.Module()
+  # Weights as variables: saved under variables/, not inside the graph.
+  module.weights = [tf.Variable(np.asarray(c), trainable=False,
+                                name=f"const{i}")
+                    for i, c in enumerate(consts)]
+  signature = [
+      tf.TensorSpec([None if type(d) is symbolic.DimExpr else d
+                     for d in a.shape], tf.as_dtype(a.dtype), name=f"arg{i}")
+      for i, a in enumerate(in_avals)]
+
+  def serve(*args):
+    outs = converted(list(module.weights), *args)
+    return {f"out{i}": out for i, out in enumerate(outs)}
+  module.serve = tf.function(serve, input_signature=signature,
+                             autograph=False)
+  target = _stablehlo_target(tf)
+  # jax2tf exports (calls jax.export) while TF traces `serve`, and for
+  # with_gradient again (the VJP) while the SavedModel is saved: both inside
+  # the block, which serializes for `target`.
+  try:
+    with compat_export.serialization_target(target):
+      try:
+        concrete = module.serve.get_concrete_function()
+      except compat_export.TargetVersionError:
+        raise
+      except (ValueError, TypeError, NotImplementedError) as e:
+        raise UnsupportedError(
+            f"the program cannot be converted to a SavedModel: "
+            f"{type(e).__name__}: {e}") from None
+      options = tf.saved_model.SaveOptions(
+          experimental_custom_gradients=with_gradient)
+      tf.saved_model.save(module, os.fspath(export_dir),
+                          signatures={"serving_default": concrete},
+                          options=options)
+  except compat_export.TargetVersionError as e:
+    raise UnsupportedError(
+        f"TensorFlow {tf.__version__} reads StableHLO up to {target}, older "
+        f"than what jax {compat.JAX_VERSION} writes "
+        f"({compat_export.default_target()}): {e}. Ship it as StableHLO "
+        "with converters.to_exported / save_exported instead, or use a "
+        "TensorFlow that reads a newer StableHLO") from None

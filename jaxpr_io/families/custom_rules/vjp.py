@@ -1,0 +1,535 @@
+"""`custom_vjp_call`'s `fwd_jaxpr_thunk`, `bwd` and `out_trees`: the forward
+and backward rules stored as jaxprs per pattern, traced once per equation at
+its input types, and loaded as rules that return them, their residual
+counts cross-checked (the format: jaxpr_io/families/custom_rules/registrations.py). The backward
+rule's tracing, decoding and calling (`trace_bwd`, `decode_bwd_table`,
+`call_bwd_table`) are public: jaxpr_io/families/custom_rules/lin.py stores custom_lin's
+backward rule the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jaxpr_io import compat
+# What custom_jvp and custom_vjp rules share: the family's internals, hence
+# the private names.
+from jaxpr_io.families.custom_rules.common import (
+    _add_raising, _bools, _check_consts, _check_wrapped, _closed,
+    _decode_stored, _Definer, _Definition, encode_debug, _Eqn, _fingerprint,
+    _inputless_key, _link_refs, _loaded, _pattern_detail, _PLACEHOLDER,
+    raised_error, RaisingRule, _Ref, _rule_failed, _STATE, symbolic_patterns,
+    _wrap)
+from jaxpr_io.compat import custom_rules as compat_custom_rules
+from jaxpr_io.errors import FormatError, UnsupportedError
+
+
+_VJP_CACHE_SIZE = 16
+
+
+class _VjpRecord:
+  """The forward and backward definitions of one custom_vjp key."""
+
+  __slots__ = ("key", "fwd", "bwd")
+
+  def __init__(self, key: str):
+    self.key = key
+    self.fwd = None
+    self.bwd = None
+
+
+class _FwdRule(_Definer):
+  """`fwd_jaxpr_thunk`: perturbed-input pattern -> (jaxpr, consts)."""
+
+  family = "vjp"
+  __slots__ = ("rules", "record", "n_res_out")
+
+  def __call__(self, *nonzeros):
+    rule = self.rules.get(None)
+    if rule is None:
+      pattern = tuple(bool(z) for z in nonzeros)
+      rule = self.rules.get(pattern)
+      if rule is None:
+        raise UnsupportedError(
+            f"the forward rule of custom_vjp function {self.eqn_name!r} was "
+            f"saved for the perturbation patterns {sorted(self.rules)}, but "
+            f"JAX asks for {pattern}")
+    if type(rule) is RaisingRule:
+      rule.throw()
+    return rule
+
+
+def call_bwd_table(table: dict, n_out: int, symbolic_zeros: bool, name: str,
+                   args) -> Any:
+  """What a `bwd` rebuilt from `table` (`decode_bwd_table`) returns for
+  residuals and `n_out` output cotangents `args`: the input cotangents
+  (some `ad.Zero`), in the form the running release expects."""
+  n_res = len(args) - n_out
+  res, cts = args[:n_res], args[n_res:]
+  if symbolic_zeros:
+    pattern = tuple(compat_custom_rules.is_zero(c) for c in cts)
+    nonzero = [c for c in cts if not compat_custom_rules.is_zero(c)]
+  else:
+    # JAX instantiates cotangents for these rules; so do we, should a
+    # caller pass a symbolic zero anyway.
+    pattern = (False,) * n_out
+    nonzero = [compat_custom_rules.zeros_like_aval(c.aval) if compat_custom_rules.is_zero(c) else c
+               for c in cts]
+  rule = table.get(pattern)
+  if rule is None:
+    raise UnsupportedError(
+        f"the backward rule of custom_vjp function {name!r} was "
+        f"saved for the zero-cotangent patterns {sorted(table)}, but "
+        f"JAX asks for {pattern}")
+  if type(rule) is RaisingRule:
+    rule.throw()
+  jaxpr, consts, mask, zero_avals = rule
+  outs = iter(compat_custom_rules.eval_jaxpr(jaxpr, consts, *res, *nonzero))
+  zeros = iter(zero_avals)
+  return compat_custom_rules.bwd_result([compat_custom_rules.Zero(next(zeros)) if z else next(outs)
+                         for z in mask])
+
+
+class _BwdRule(_Definer):
+  """`bwd`: (*residuals, *cotangents) -> input cotangents (some ad.Zero)."""
+
+  family = "vjp"
+  __slots__ = ("rules", "record", "n_res", "n_out", "symbolic_zeros")
+
+  def __call__(self, *args):
+    return call_bwd_table(self.rules, self.n_out, self.symbolic_zeros,
+                          self.eqn_name, args)
+
+
+class _VjpRuleRef(_Ref):
+  """A reference to the forward or backward rule (`rule` names which) of an
+  enclosing custom_vjp definition."""
+  family = "vjp"
+  __slots__ = ()
+  rule = ""
+
+  def __call__(self, *args):
+    return self.definition()(*args)
+
+  def definition(self):
+    rule = getattr(self.resolved(), self.rule)
+    if rule is None:
+      raise FormatError(f"custom_vjp definition {self.key!r} of "
+                        f"{self.eqn_name!r} has no {self.rule} rule")
+    return rule
+
+
+class _FwdRef(_VjpRuleRef):
+  __slots__ = ()
+  rule = "fwd"
+
+
+class _BwdRef(_VjpRuleRef):
+  __slots__ = ()
+  rule = "bwd"
+
+
+class _OutTrees:
+  """`out_trees`: flat trees with the stored leaf counts."""
+
+  __slots__ = ("stored", "trees")
+
+  def __init__(self, stored):
+    self.stored = stored
+    n_out, n_res, input_fwds = stored
+    self.trees = (compat_custom_rules.flat_treedef(n_out), compat_custom_rules.flat_treedef(n_res),
+                  input_fwds)
+
+  def __call__(self):
+    out_tree, res_tree, input_fwds = self.trees
+    return out_tree, res_tree, list(input_fwds)
+
+
+class _VjpAnalysis:
+  """The rules of one custom_vjp equation, traced at its input types."""
+
+  def __init__(self, params: dict, eqn: _Eqn):
+    self.eqn = eqn
+    self.fwd_fun = params.get("fwd_jaxpr_thunk")
+    self.bwd_fun = params.get("bwd")
+    self.out_trees = params.get("out_trees")
+    _check_wrapped(self.fwd_fun, eqn, "fwd_jaxpr_thunk")
+    _check_wrapped(self.bwd_fun, eqn, "bwd")
+    if not callable(self.out_trees):
+      raise UnsupportedError(f"out_trees of custom_vjp function {eqn.name!r} "
+                             "is not callable")
+    self.fwd_debug = encode_debug(self.fwd_fun.debug_info)
+    self.bwd_debug = encode_debug(self.bwd_fun.debug_info)
+    if not eqn.in_avals:
+      self.fwd_rules, self.out_info, self.res_avals = (), (0, 0, ()), []
+      self.ct_patterns, self.bwd_rules = (), []
+      self.key = _inputless_key("custom_vjp", eqn, self.fwd_debug,
+                                self.bwd_debug)
+      return
+    self._forward()
+    if eqn.symbolic_zeros:
+      self.ct_patterns = symbolic_patterns(eqn.call_jaxpr.out_avals, eqn,
+                                           "differentiable outputs", True)
+    else:
+      # `_custom_lin_transpose` instantiates zero cotangents for these.
+      self.ct_patterns = ((False,) * eqn.n_out,)
+    self.bwd_rules = [self._trace_bwd(self.ct_patterns[0])]
+    self.key = _fingerprint((
+        "custom_vjp", self.fwd_debug, self.bwd_debug, eqn.num_consts,
+        eqn.symbolic_zeros, eqn.call_jaxpr,
+        tuple(p for p, _ in self.fwd_rules), self.fwd_rules[0][1],
+        self.out_info, self.bwd_rules[0]))
+
+  def _forward(self) -> None:
+    eqn = self.eqn
+    if eqn.symbolic_zeros:
+      calls = symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
+                                "differentiable inputs", False)
+      keys = calls
+    else:
+      # `_flatten_fwd` drops the pattern when symbolic_zeros=False: one
+      # jaxpr serves them all.
+      calls, keys = ((True,) * eqn.n_in,), (None,)
+    rules, self.out_info, self.res_avals = [], None, None
+    failure = None
+    for key, pattern in zip(keys, calls):
+      detail = _pattern_detail(eqn, "perturbed inputs", pattern)
+      try:
+        jaxpr, consts = self.fwd_fun.call_wrapped(*pattern)
+        out_tree, res_tree, input_fwds = self.out_trees()
+      except UnsupportedError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        # The user's rule runs here and may raise anything. With symbolic
+        # zeros, a rule may refuse some patterns (the original raises when
+        # JAX asks for one; so will the loaded rule); every pattern failing
+        # is an error of the rule.
+        if failure is None:
+          failure = _rule_failed("forward rule", self.fwd_fun, eqn, detail, e)
+        if not eqn.symbolic_zeros:
+          raise failure from None
+        rules.append((key, raised_error(e)))
+        continue
+      _check_consts(consts, "forward rule", self.fwd_fun, eqn)
+      info = (out_tree.num_leaves, res_tree.num_leaves,
+              tuple(None if f is None else int(f) for f in input_fwds))
+      closed = compat.make_closed(jaxpr, consts)
+      n_res_out = info[1] - sum(f is not None for f in info[2])
+      if (len(info[2]) != info[1]
+          or len(jaxpr.outvars) != n_res_out + eqn.n_out
+          or any(f is not None and not 0 <= f < len(eqn.in_avals)
+                 for f in info[2])):
+        raise UnsupportedError(
+            f"the forward rule of custom_vjp function {eqn.name!r} returns "
+            f"{len(jaxpr.outvars)} values, which do not match its "
+            f"{eqn.n_out} outputs and residual structure {info}")
+      pruned = iter(closed.out_avals[:n_res_out])
+      res_avals = [next(pruned) if f is None else eqn.in_avals[f]
+                   for f in info[2]]
+      if self.out_info is None:
+        self.out_info, self.res_avals = info, res_avals
+      elif info != self.out_info or res_avals != self.res_avals:
+        raise UnsupportedError(
+            f"the forward rule of custom_vjp function {eqn.name!r} returns "
+            "different residuals for different patterns of perturbed "
+            "inputs (symbolic_zeros=True); jaxpr_io stores one backward "
+            "rule, so the residuals must not depend on the pattern")
+      rules.append((key, closed))
+    if self.out_info is None:
+      raise failure
+    # The key and the backward rules use the first rule that traced.
+    rules.sort(key=lambda rule: type(rule[1]) is tuple)
+    self.fwd_rules = tuple(rules)
+
+  def _trace_bwd(self, pattern) -> tuple:
+    eqn = self.eqn
+    # `_custom_lin_transpose` passes cotangents of these types.
+    ct_avals = [a.to_ct_aval() for a in eqn.call_jaxpr.out_avals]
+    return trace_bwd(self.bwd_fun, eqn, self.res_avals, ct_avals, pattern)
+
+  def all_bwd_rules(self) -> tuple:
+    while len(self.bwd_rules) < len(self.ct_patterns):
+      self.bwd_rules.append(
+          self._trace_bwd(self.ct_patterns[len(self.bwd_rules)]))
+    return tuple(self.bwd_rules)
+
+
+def trace_bwd(bwd, eqn, res_avals, ct_avals, pattern) -> tuple:
+  """A stored backward rule for one pattern of zero cotangents `pattern`:
+  `(pattern, closed jaxpr, cts_in_zeros, zero_types)`, or `(pattern,
+  error)` when the rule raises as it is traced (see
+  jaxpr_io/families/custom_rules/registrations.py). `bwd` is called on residuals of types
+  `res_avals` and the cotangents of types `ct_avals` (symbolic zeros where
+  `pattern` says) and must return `eqn.n_in` input cotangents; `eqn` names
+  the function in messages (`kind`, `name`)."""
+  n_res = len(res_avals)
+  zeros: list = []
+
+  def backward(*args):
+    nonzero = iter(args[n_res:])
+    cts = [compat_custom_rules.SymbolicZero(a) if z else next(nonzero)
+           for a, z in zip(ct_avals, pattern)]
+    outs, logs = compat_custom_rules.call_bwd(bwd, *args[:n_res], *cts)
+    if logs is not None:
+      raise UnsupportedError(
+          f"the backward rule {bwd.debug_info.func_name!r} of custom_vjp "
+          f"function {eqn.name!r} returns backward-pass logs "
+          "(defvjp_with_logs, custom_gradient(with_logs=True)), which "
+          "jaxpr_io cannot store; save the program without logging, or "
+          "log only where it is not saved")
+    if len(outs) != eqn.n_in:
+      raise TypeError(f"it returned {len(outs)} cotangents for "
+                      f"{eqn.n_in} inputs")
+    zeros[:] = [o.aval if compat_custom_rules.is_zero(o) else None for o in outs]
+    return [o for o in outs if not compat_custom_rules.is_zero(o)]
+
+  in_avals = [*res_avals,
+              *(a for a, z in zip(ct_avals, pattern) if not z)]
+  try:
+    jaxpr, consts = compat_custom_rules.trace_flat(backward, in_avals, bwd.debug_info)
+  except UnsupportedError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # The user's rule runs here and may raise anything; the loaded rule
+    # raises it when JAX asks for this pattern, as the original does.
+    return (pattern, raised_error(e))
+  _check_consts(consts, "backward rule", bwd, eqn)
+  mask = tuple(a is not None for a in zeros)
+  zero_avals = [a for a in zeros if a is not None]
+  zero_types = None
+  if zero_avals:
+    binders = [compat.Var(a) for a in zero_avals]
+    zero_types = compat.new_jaxpr([], binders, binders, [],
+                                  compat.no_effects, _ZERO_TYPES_DEBUG,
+                                  False)
+  return (pattern, compat.make_closed(jaxpr, consts), mask, zero_types)
+
+
+_ZERO_TYPES_DEBUG = compat.DebugInfo("jaxpr_io", "zero_cotangent_types", None,
+                                     None)
+
+
+def _vjp_analysis(params: dict) -> _VjpAnalysis:
+  """The analysis of a custom_vjp equation, shared by its three codecs."""
+  objects = (params.get("fwd_jaxpr_thunk"), params.get("bwd"),
+             params.get("out_trees"), params.get("call_jaxpr"))
+  cache = _STATE.vjp_cache
+  for i, (kept, analysis) in enumerate(cache):
+    if all(a is b for a, b in zip(kept, objects)):
+      cache.append(cache.pop(i))
+      return analysis
+  analysis = _VjpAnalysis(params, _Eqn("custom_vjp", params, UnsupportedError))
+  cache.append((objects, analysis))
+  del cache[:-_VJP_CACHE_SIZE]
+  return analysis
+
+
+def _encode_vjp_rule(fun, params: dict, kind: str, debug, rules):
+  """The stored forward or backward rule (`kind` "fwd" or "bwd"); `debug`
+  and `rules` read the rule's debug info and stored rules off the analysis."""
+  if _STATE.fingerprinting:
+    return _PLACEHOLDER
+  rule = _loaded(fun)
+  if rule is not None:
+    return rule.encode()
+  analysis = _vjp_analysis(params)
+  if ("vjp", analysis.key) in _STATE.definitions:
+    return (f"{kind}_ref", analysis.key, debug(analysis))
+  return _Definition(("vjp", analysis.key),
+                     (kind, analysis.key, debug(analysis), rules(analysis)))
+
+
+def encode_fwd_rule(fun, params: dict):
+  """The stored `fwd_jaxpr_thunk` (see jaxpr_io/families/custom_rules/registrations.py)."""
+  return _encode_vjp_rule(fun, params, "fwd", lambda a: a.fwd_debug,
+                          lambda a: a.fwd_rules)
+
+
+def encode_bwd_rule(fun, params: dict):
+  """The stored `bwd` (see jaxpr_io/families/custom_rules/registrations.py)."""
+  return _encode_vjp_rule(fun, params, "bwd", lambda a: a.bwd_debug,
+                          lambda a: a.all_bwd_rules())
+
+
+def encode_out_trees(fun, params: dict):
+  """The stored `out_trees` (see jaxpr_io/families/custom_rules/registrations.py)."""
+  if _STATE.fingerprinting:
+    return _PLACEHOLDER
+  if type(fun) is _OutTrees:
+    return fun.stored
+  out_info = _vjp_analysis(params).out_info
+  # JAX lists out_trees after the equation's two rules: its analysis is no
+  # longer needed (if it is after all, it is recomputed, identically).
+  _STATE.vjp_cache[:] = [entry for entry in _STATE.vjp_cache
+                         if entry[0][2] is not fun]
+  return out_info
+
+
+def _vjp_record(key: str, params: dict) -> _VjpRecord:
+  """The record the equation's other rule (if decoded already) made."""
+  for name in ("fwd_jaxpr_thunk", "bwd"):
+    other = _loaded(params.get(name))
+    if isinstance(other, (_FwdRule, _BwdRule)) and other.key == key:
+      return other.record
+  return _VjpRecord(key)
+
+
+def decode_fwd_rule(stored, params: dict):
+  """The `fwd_jaxpr_thunk` of a stored value: an `lu.WrappedFun`."""
+  eqn, key, debug_info, rules, ref = _decode_stored(
+      stored, params, "custom_vjp", "fwd", "forward rule", _FwdRef)
+  if ref is not None:
+    return ref
+  table: dict = {}
+  n_res_out = None
+  for i, rule in enumerate(rules):
+    if type(rule) is not tuple or len(rule) != 2:
+      raise FormatError(f"forward rule {i} is not (in_nonzeros, jaxpr) or "
+                        "(in_nonzeros, error)")
+    pattern = rule[0]
+    if type(rule[1]) is tuple:  # a pattern the rule raises for
+      if pattern is None or not eqn.symbolic_zeros or i == 0:
+        raise FormatError(f"forward rule {i} raises, but only patterns "
+                          "after a rule that traces may (symbolic_zeros)")
+      _add_raising(table, _bools(pattern, eqn.n_in,
+                                 f"forward rule {i}'s in_nonzeros"), rule[1],
+                   f"forward rule {i}")
+      continue
+    if pattern is None:
+      if eqn.symbolic_zeros or len(rules) != 1:
+        raise FormatError("a forward rule for every pattern (None) must be "
+                          "the only one, with symbolic_zeros=False")
+    else:
+      if not eqn.symbolic_zeros:
+        raise FormatError("with symbolic_zeros=False the forward rule is "
+                          "stored for every pattern (None)")
+      _bools(pattern, eqn.n_in, f"forward rule {i}'s in_nonzeros")
+    closed = _closed(rule[1], f"forward rule {i}")
+    n_res = len(closed.jaxpr.outvars) - eqn.n_out
+    if len(closed.jaxpr.invars) != eqn.n_in or n_res < 0 or (
+        n_res_out is not None and n_res != n_res_out):
+      raise FormatError(
+          f"forward rule {i} of {eqn.name!r} takes "
+          f"{len(closed.jaxpr.invars)} inputs and returns "
+          f"{len(closed.jaxpr.outvars)} values; the function has "
+          f"{eqn.n_in} inputs and {eqn.n_out} outputs (plus residuals, the "
+          "same number for every pattern)")
+    n_res_out = n_res
+    if pattern in table:
+      raise FormatError(f"forward rule {i} repeats the pattern {pattern}")
+    table[pattern] = (closed.jaxpr, closed.consts)
+  rule = _FwdRule(stored, key, eqn)
+  rule.rules = table
+  rule.bodies = [r[1] for r in rules if type(r[1]) is not tuple]
+  rule.n_res_out = n_res_out
+  rule.record = _vjp_record(key, params)
+  rule.record.fwd = rule
+  _link_refs(rule, rule.record)
+  _cross_check(params, eqn, {"fwd_jaxpr_thunk": rule})
+  return _wrap(rule, debug_info)
+
+
+def decode_bwd_table(rules: tuple, eqn) -> tuple[dict, int | None]:
+  """(pattern -> (jaxpr, consts, cts_in_zeros, zero avals) or RaisingRule,
+  residual count or None when every pattern raises) of stored backward
+  rules (see jaxpr_io/families/custom_rules/registrations.py), checked against `eqn`'s `n_in`, `n_out`
+  and `symbolic_zeros`; `eqn.name` names the function in messages."""
+  table = {}
+  n_res = None
+  for i, rule in enumerate(rules):
+    if type(rule) is tuple and len(rule) == 2:  # a pattern it raises for
+      _add_raising(table, _bools(rule[0], eqn.n_out,
+                                 f"backward rule {i}'s ct_zeros"), rule[1],
+                   f"backward rule {i}")
+      continue
+    if type(rule) is not tuple or len(rule) != 4:
+      raise FormatError(f"backward rule {i} is not (ct_zeros, jaxpr, "
+                        "cts_in_zeros, zero_types) or (ct_zeros, error)")
+    ct_zeros = _bools(rule[0], eqn.n_out, f"backward rule {i}'s ct_zeros")
+    closed = _closed(rule[1], f"backward rule {i}")
+    mask = _bools(rule[2], eqn.n_in, f"backward rule {i}'s cts_in_zeros")
+    zero_types = rule[3]
+    n_zero = mask.count(True)
+    if n_zero == 0 and zero_types is None:
+      zero_avals = []
+    elif type(zero_types) is compat.Jaxpr and len(
+        zero_types.invars) == n_zero:
+      zero_avals = [v.aval for v in zero_types.invars]
+    else:
+      raise FormatError(f"backward rule {i}'s zero_types do not give one "
+                        f"type for each of its {n_zero} zero cotangents")
+    rule_res = len(closed.jaxpr.invars) - ct_zeros.count(False)
+    if (rule_res < 0 or (n_res is not None and rule_res != n_res)
+        or len(closed.jaxpr.outvars) != mask.count(False)):
+      raise FormatError(
+          f"backward rule {i} of {eqn.name!r} takes "
+          f"{len(closed.jaxpr.invars)} inputs and returns "
+          f"{len(closed.jaxpr.outvars)} cotangents, which its patterns and "
+          "the other rules' residuals do not allow")
+    n_res = rule_res
+    if ct_zeros in table:
+      raise FormatError(f"backward rule {i} repeats the pattern {ct_zeros}")
+    table[ct_zeros] = (closed.jaxpr, closed.consts, mask, zero_avals)
+  if table and not eqn.symbolic_zeros and list(table) != [
+      (False,) * eqn.n_out]:
+    raise FormatError("a backward rule with symbolic_zeros=False is stored "
+                      "for the all-False pattern only")
+  return table, n_res
+
+
+def decode_bwd_rule(stored, params: dict):
+  """The `bwd` of a stored value: an `lu.WrappedFun`."""
+  eqn, key, debug_info, rules, ref = _decode_stored(
+      stored, params, "custom_vjp", "bwd", "backward rule", _BwdRef)
+  if ref is not None:
+    return ref
+  table, n_res = decode_bwd_table(rules, eqn)
+  rule = _BwdRule(stored, key, eqn)
+  rule.rules = table
+  rule.bodies = [r[1] for r in rules if len(r) == 4]
+  rule.n_res = n_res
+  rule.n_out = eqn.n_out
+  rule.symbolic_zeros = eqn.symbolic_zeros
+  rule.record = _vjp_record(key, params)
+  rule.record.bwd = rule
+  _link_refs(rule, rule.record)
+  _cross_check(params, eqn, {"bwd": rule})
+  return _wrap(rule, debug_info)
+
+
+def decode_out_trees(stored, params: dict):
+  """The `out_trees` of a stored value: a thunk of flat trees."""
+  eqn = _Eqn("custom_vjp", params, FormatError)
+  if (type(stored) is not tuple or len(stored) != 3
+      or type(stored[0]) is not int or type(stored[1]) is not int
+      or stored[0] < 0 or stored[1] < 0 or type(stored[2]) is not tuple
+      or len(stored[2]) != stored[1]
+      or not all(f is None or (type(f) is int and 0 <= f < len(eqn.in_avals))
+                 for f in stored[2])):
+    raise FormatError("out_trees is not (out_leaves, res_leaves, "
+                      "input_fwds) with one input index or None per residual")
+  out_trees = _OutTrees(stored)
+  _cross_check(params, eqn, {"out_trees": out_trees})
+  return out_trees
+
+
+def _cross_check(params: dict, eqn: _Eqn, decoded: dict) -> None:
+  """Checks the residual counts of an equation's rules against `out_trees`
+  once all three are decoded (they are decoded one by one, in file order)."""
+  fwd = decoded.get("fwd_jaxpr_thunk") or _loaded(params.get(
+      "fwd_jaxpr_thunk"))
+  bwd = decoded.get("bwd") or _loaded(params.get("bwd"))
+  out_trees = decoded.get("out_trees") or params.get("out_trees")
+  if (type(fwd) is not _FwdRule or type(bwd) is not _BwdRule
+      or type(out_trees) is not _OutTrees or not fwd.rules):
+    return
+  _, n_res, input_fwds = out_trees.stored
+  n_res_out = n_res - sum(f is not None for f in input_fwds)
+  # A backward rule that raises for every pattern takes no residuals of its
+  # own to check (n_res None).
+  if fwd.n_res_out != n_res_out or bwd.n_res not in (n_res, None):
+    raise FormatError(
+        f"the rules of custom_vjp function {eqn.name!r} disagree on the "
+        f"residuals: out_trees gives {n_res} ({n_res_out} computed), the "
+        f"forward rule computes {fwd.n_res_out}, the backward rule takes "
+        f"{bwd.n_res}")

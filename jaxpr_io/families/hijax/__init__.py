@@ -1,0 +1,1 @@
+"""JAX's hi primitives and JAX 0.10's boxes and logs."""

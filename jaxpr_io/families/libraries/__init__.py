@@ -1,0 +1,1 @@
+"""Primitives and values of JAX libraries (Equinox, Lineax), by stable name."""

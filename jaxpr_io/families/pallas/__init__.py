@@ -1,0 +1,1 @@
+"""Pallas kernels: records, the fuser's dtypes, kernels over meshes."""

@@ -1,0 +1,2 @@
+"""Pytrees in files: nodes, treedefs as params, call signatures and static
+leaves."""

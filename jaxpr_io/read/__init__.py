@@ -1,0 +1,1 @@
+"""`Program` message -> ClosedJaxpr, validated while it is built."""

@@ -1,0 +1,1 @@
+"""What an untrusted file may choose, and the checks of its values."""

@@ -1,0 +1,334 @@
+"""jaxpr-load: inspect, check, run and convert a .jaxpr file."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import sys
+from typing import Sequence
+
+import jax
+import numpy as np
+
+import jaxpr_io
+from jaxpr_io import compat
+from jaxpr_io.converters._common import PLATFORMS
+from jaxpr_io.tools._common import CliError, run_main, stage
+
+PROG = "jaxpr-load"
+EPILOG = """\
+examples:
+  jaxpr-load model.jaxpr                      # summary
+  jaxpr-load model.jaxpr --check              # proves it runs, exit 0/1
+  jaxpr-load model.jaxpr --text               # the program as JAX prints it
+  jaxpr-load model.jaxpr --run in.npz --out out.npz
+  jaxpr-load model.jaxpr --to-exported model.exported --platforms cpu,cuda
+  jaxpr-load model.jaxpr --to-saved-model models/model/1
+  jaxpr-load model.jaxpr --html model.html    # the viewer page, offline
+  # predict(params, x) with the params of an Orbax checkpoint (or an .npz):
+  jaxpr-load predict.jaxpr --bind 0=ckpt/100/state:params \
+      --to-saved-model models/predict/1
+  jaxpr-load predict.jaxpr --bind params=params.npz -o served.jaxpr
+
+--run reads the inputs from IN.npz as arg0, arg1, ... in flattened input
+order (the summary lists that order with each input's pytree path) and
+writes the outputs to OUT.npz as out0, out1, ... (without --out it prints
+their shapes and first values).
+
+--bind ARG=SOURCE fixes the input ARG (a positional index, from 0 up like
+functools.partial, or a keyword name) to the arrays of SOURCE: an Orbax
+checkpoint item directory, optionally with :KEY.PATH to take a subtree
+(ckpt/100/state:params), or an .npz whose arrays are keyed by the key paths
+the summary prints (args[0]['w']) or by paths relative to ARG (['w']). The
+weights become the program's constants: --run, --to-exported,
+--to-saved-model and -o then see a program of the remaining inputs, numbered
+arg0, arg1, ... again (a SavedModel's serving_default takes only them, the
+weights are its variables). A SOURCE that does not match the program is an
+error naming the first mismatching key path.
+
+--platforms (lowering platforms of --to-exported and --to-saved-model) is
+a comma-separated subset of: cpu, cuda, rocm, tpu.
+"""
+
+
+
+def input_paths(prog) -> list[str]:
+  """Pytree path of each flat input, e.g. `args[0]['w']`, `kwargs['scale']`."""
+  skeleton = jax.tree_util.tree_unflatten(prog.in_tree,
+                                          range(prog.in_tree.num_leaves))
+  paths = []
+  for path, _ in jax.tree_util.tree_flatten_with_path(skeleton)[0]:
+    head, rest = path[0], path[1:]
+    prefix = "args" if getattr(head, "idx", None) == 0 else "kwargs"
+    paths.append(prefix + jax.tree_util.keystr(tuple(rest)))
+  return paths
+
+
+def output_paths(prog) -> list[str]:
+  skeleton = jax.tree_util.tree_unflatten(prog.out_tree,
+                                          range(prog.out_tree.num_leaves))
+  return ["out" + jax.tree_util.keystr(path)
+          for path, _ in jax.tree_util.tree_flatten_with_path(skeleton)[0]]
+
+
+def _walk(closed):
+  """Every distinct jaxpr and closed jaxpr of the program."""
+  seen, jaxprs, consts = set(), [], {}
+  stack = [closed]
+  while stack:
+    j = stack.pop()
+    if type(j) is compat.ClosedJaxpr:
+      for c in j.consts:
+        consts[id(c)] = c
+      j = j.jaxpr
+    if id(j) in seen:
+      continue
+    seen.add(id(j))
+    jaxprs.append(j)
+    for eqn in j.eqns:
+      for v in eqn.params.values():
+        for sub in (v if isinstance(v, tuple) else (v,)):
+          if type(sub) in (compat.Jaxpr, compat.ClosedJaxpr):
+            stack.append(sub)
+  return jaxprs, list(consts.values())
+
+
+def summary(path: str, prog) -> str:
+  closed = prog.closed_jaxpr
+  jaxprs, consts = _walk(closed)
+  counts = collections.Counter(e.primitive.name for j in jaxprs
+                               for e in j.eqns)
+  p = prog.producer
+  lines = [f"file: {path}"]
+  if p:
+    lines.append(f"format version: {p['format_version']} (written by "
+                 f"jaxpr_io {p['jaxpr_io_version']}, jax {p['jax_version']}, "
+                 f"jaxlib {p['jaxlib_version']})")
+  lines.append("inputs:")
+  for i, (name, aval) in enumerate(zip(input_paths(prog), closed.in_avals)):
+    lines.append(f"  arg{i}: {name}: {aval.str_short()}")
+  lines.append("outputs:")
+  for i, (name, aval) in enumerate(zip(output_paths(prog),
+                                       closed.out_avals)):
+    lines.append(f"  out{i}: {name}: {aval.str_short()}")
+  total = sum(counts.values())
+  lines.append(f"equations: {total} in {len(jaxprs)} jaxprs")
+  for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+    lines.append(f"  {name}: {n}")
+  const_bytes = sum(int(np.asarray(c).nbytes) for c in consts
+                    if not compat.is_key_array(c))
+  lines.append(f"constants: {len(consts)}, {const_bytes:,} bytes")
+  lines.append("metadata:" + ("" if prog.metadata else " (none)"))
+  for key, value in prog.metadata.items():
+    lines.append(f"  {key}: {value}")
+  return "\n".join(lines)
+
+
+def run(prog, in_path: str, out_path: str | None) -> None:
+  closed = prog.closed_jaxpr
+  data = np.load(in_path, allow_pickle=False)
+  if not isinstance(data, np.lib.npyio.NpzFile):
+    raise CliError(f"--run {in_path}: expected an .npz archive of the inputs "
+                   "arg0, arg1, ... (np.savez(path, arg0=x)), got a single "
+                   ".npy array")
+  with data:
+    expected = [f"arg{i}" for i in range(len(closed.in_avals))]
+    missing = [k for k in expected if k not in data.files]
+    if missing:
+      raise CliError(f"{in_path} lacks inputs {', '.join(missing)} (the "
+                     f"program takes {', '.join(expected)})")
+    flat = [data[k] for k in expected]
+  for i, (x, aval) in enumerate(zip(flat, closed.in_avals)):
+    if x.dtype != aval.dtype or len(x.shape) != len(aval.shape) or any(
+        type(d) is int and d != s for d, s in zip(aval.shape, x.shape)):
+      raise CliError(f"input arg{i} has type {x.dtype}{list(x.shape)} but "
+                     f"the program takes {aval.str_short()}")
+  args, kwargs = jax.tree_util.tree_unflatten(prog.in_tree, flat)
+  with stage(PROG, "running"):
+    outs = jax.tree_util.tree_leaves(jax.jit(prog)(*args, **kwargs))
+  outs = [np.asarray(o) for o in outs]
+  if out_path:
+    np.savez(out_path, **{f"out{i}": o for i, o in enumerate(outs)})
+    print(f"wrote {len(outs)} outputs to {out_path}")
+    return
+  for i, (name, o) in enumerate(zip(output_paths(prog), outs)):
+    values = np.array2string(o.reshape(-1)[:6], precision=6)
+    print(f"out{i}: {name}: {o.dtype}{list(o.shape)} {values}"
+          f"{' ...' if o.size > 6 else ''}")
+
+
+def parse_platforms(args) -> tuple[str, ...] | None:
+  if not args.platforms:
+    return None
+  if not (args.to_exported or args.to_saved_model):
+    raise CliError("--platforms sets the lowering platforms of "
+                   "--to-exported and --to-saved-model; give one of them")
+  platforms = tuple(p.strip() for p in args.platforms.split(","))
+  for p in platforms:
+    if p not in PLATFORMS:
+      raise CliError(f"unknown platform {p!r} in --platforms "
+                     f"{args.platforms}: valid platforms are "
+                     f"{', '.join(PLATFORMS)}"
+                     + (" (NVIDIA GPUs are cuda, AMD GPUs rocm)"
+                        if p == "gpu" else ""))
+  if len(set(platforms)) != len(platforms):
+    raise CliError(f"--platforms {args.platforms} names a platform twice")
+  return platforms
+
+
+def parse_binds(items: Sequence[str]) -> list[tuple[int | str, str, str]]:
+  """(ARG as an index or a name, SOURCE, the item) of each --bind."""
+  binds, seen = [], set()
+  for item in items:
+    arg, sep, source = item.partition("=")
+    if not sep or not arg or not source or not (
+        arg.isdigit() or arg.isidentifier()):
+      raise CliError(f"bad --bind {item!r}: expected ARG=SOURCE, ARG a "
+                     "positional index (0, 1, ...) or a keyword name")
+    key = int(arg) if arg.isdigit() else arg
+    if key in seen:
+      raise CliError(f"--bind binds {arg} twice")
+    seen.add(key)
+    binds.append((key, source, item))
+  indices = sorted(k for k, _, _ in binds if isinstance(k, int))
+  if indices != list(range(len(indices))):
+    missing = min(set(range(len(indices) + 1)) - set(indices))
+    raise CliError(f"--bind binds positional arguments from the first, like "
+                   f"functools.partial: --bind {indices[-1]}=... needs "
+                   f"--bind {missing}=... too (or bind it by keyword)")
+  return binds
+
+
+_BOUND_ARG = re.compile(r"^bind (args\[(\d+)\]|kwargs\['([^']*)'\])")
+
+
+def bind(prog, binds):
+  """`prog.bind` with the arrays of each --bind SOURCE."""
+  from jaxpr_io.api import bind_sources  # pylint: disable=g-import-not-at-top
+  positional, keyword = [], {}
+  for key, source, _ in sorted(binds, key=lambda b: (
+      (0, b[0], "") if isinstance(b[0], int) else (1, 0, b[0]))):
+    with stage(PROG, f"reading {source}"):
+      value = bind_sources.load_source(source)
+    if isinstance(key, int):
+      positional.append(value)
+    else:
+      keyword[key] = value
+  try:
+    return prog.bind(*positional, **keyword)
+  except TypeError as e:
+    # Name the --bind the mismatch comes from.
+    m = _BOUND_ARG.match(str(e))
+    sources = {str(k): item for k, _, item in binds}
+    item = m and sources.get(m.group(2) or m.group(3))
+    raise CliError(f"--bind {item}: {e}" if item else str(e)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog=PROG, description="Inspect, check, run and convert a .jaxpr file.",
+      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("file", metavar="FILE")
+  parser.add_argument("--check", action="store_true",
+                      help="verify checksums, type-check, lower and compile; "
+                      "exit 0 or 1")
+  parser.add_argument("--trusted", action="store_true",
+                      help="grant what the file asks for beyond the "
+                      "computation (donation, compiler options, any FFI "
+                      "target, any format string): only for files you wrote")
+  parser.add_argument("--text", action="store_true",
+                      help="print the program as JAX prints it")
+  parser.add_argument("--run", metavar="IN.npz",
+                      help="evaluate on the inputs arg0, arg1, ... of IN.npz")
+  parser.add_argument("--out", metavar="OUT.npz",
+                      help="with --run: write the outputs out0, out1, ...")
+  parser.add_argument("--to-exported", metavar="OUT",
+                      help="write jax.export bytes to OUT and StableHLO text "
+                      "to OUT.mlir")
+  parser.add_argument("--to-saved-model", metavar="DIR",
+                      help="write a TensorFlow SavedModel (needs tensorflow)")
+  parser.add_argument("--bind", action="append", default=[],
+                      metavar="ARG=SOURCE",
+                      help="fix input ARG (0, 1, ... or a keyword name) to "
+                      "the arrays of SOURCE (an Orbax checkpoint item "
+                      "directory[:KEY.PATH] or an .npz); repeatable")
+  parser.add_argument("-o", "--output", metavar="OUT.jaxpr",
+                      help="write the program (with --bind: the bound "
+                      "program) to OUT.jaxpr")
+  parser.add_argument("--platforms", metavar="P1,P2",
+                      help="lowering platforms for --to-exported and "
+                      "--to-saved-model: cpu, cuda, rocm, tpu (default: "
+                      "this machine's)")
+  parser.add_argument("--html", metavar="OUT.html",
+                      help="write a self-contained viewer page holding the "
+                      "file (graph, signature, params, constants, search; "
+                      "read by the page's own JavaScript reader, no network)")
+  parser.add_argument("--debug", action="store_true", help="show tracebacks")
+  return parser
+
+
+def _main(argv: Sequence[str]) -> int:
+  args = build_parser().parse_args(argv)
+  if args.out and not args.run:
+    raise CliError("--out needs --run")
+  platforms = parse_platforms(args)
+  binds = parse_binds(args.bind)
+  for out in (args.output, args.out, args.html):
+    out_dir = os.path.dirname(out or "")
+    if out_dir and not os.path.isdir(out_dir):
+      raise CliError(f"cannot write {out}: no such directory {out_dir}")
+  if args.html:
+    from jaxpr_io.tools import html  # pylint: disable=g-import-not-at-top
+    with stage(PROG, f"writing the viewer page {args.html}"):
+      size = html.write_page(args.file, args.html)
+    print(f"wrote {args.html} ({size:,} bytes; open it in a browser)")
+    # The page reads the file itself: nothing else asked, nothing to load
+    # (so it also shows files this JAX release cannot load).
+    if not (args.check or args.text or args.run or args.to_exported
+            or args.to_saved_model or args.output or binds):
+      return 0
+  with stage(PROG, f"loading {args.file}"):
+    prog = jaxpr_io.load(args.file, check=args.check, trusted=args.trusted)
+  if binds:
+    prog = bind(prog, binds)
+  acted = False
+  if args.output:
+    with stage(PROG, f"writing {args.output}"):
+      jaxpr_io.save(args.output, prog)
+    print(f"wrote {args.output} ({os.path.getsize(args.output):,} bytes)")
+    acted = True
+  if args.check:
+    print(f"{args.file}: OK (checksums, type check, lowering and "
+          "compilation passed)")
+    acted = True
+  if args.text:
+    print(prog.closed_jaxpr)
+    acted = True
+  if args.run:
+    run(prog, args.run, args.out)
+    acted = True
+  if args.to_exported or args.to_saved_model:
+    from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
+    if args.to_exported:
+      with stage(PROG, f"exporting StableHLO to {args.to_exported}"):
+        converters.save_exported(prog, args.to_exported, platforms=platforms)
+      print(f"wrote {args.to_exported} and {args.to_exported}.mlir")
+    if args.to_saved_model:
+      with stage(PROG, f"writing SavedModel {args.to_saved_model}"):
+        converters.to_saved_model(prog, args.to_saved_model,
+                                  platforms=platforms)
+      print(f"wrote SavedModel {args.to_saved_model}")
+    acted = True
+  if not acted:
+    print(summary(args.file, prog))
+  return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  return run_main(PROG, _main, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,1 @@
+"""ClosedJaxpr -> `Program` message."""

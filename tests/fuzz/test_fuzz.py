@@ -1,0 +1,93 @@
+"""CI's sample of the format-aware fuzzer (tests/fuzz/, README there).
+
+`test_fuzz_sample` runs a fixed-seed campaign through the same machinery as
+`python -m tests.fuzz` (worker subprocesses, per-case timeouts, crash
+detection) and requires: every seed passes unmutated, and no case fails —
+no exception but `FormatError` from `loads` (with or without `check=True`),
+no abort, no hang, and no program that passes `check=True` and then fails in
+`str`, `dumps` or its first call. The other tests check the mutator itself:
+deterministic, and its cases carry correct checksums.
+
+JAXPR_IO_FUZZ_CASES=N runs N cases instead of the sample's 300.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import pytest
+
+import tests.fuzz  # noqa: F401  (XLA_FLAGS before JAX; conftest does too)
+from jaxpr_io.format import _proto as pb
+from jaxpr_io.format import container
+from tests.fuzz import mutate, runner, seeds
+
+_CASES = int(os.environ.get("JAXPR_IO_FUZZ_CASES", "300"))
+_SEED = 20240601
+
+
+@pytest.fixture(scope="module")
+def seed_files():
+  files, failed = seeds.build()
+  assert not failed, failed
+  return files
+
+
+def test_cases_are_deterministic_and_checksummed(seed_files):
+  factory = mutate.CaseFactory(seed_files, _SEED)
+  again = mutate.CaseFactory(seed_files, _SEED)
+  kinds = set()
+  for i in range(60):
+    name, data, edits, groups = factory.make(i)
+    assert again.make(i) == (name, data, edits, groups)
+    assert 1 <= len(edits) <= 3
+    kinds.update(g.rsplit(":", 1)[1] for g in groups)
+    # Header and program checksums are right: Container verifies both.
+    c = container.Container(data)
+    msg = pb.Program.FromString(c.program)
+    for blob in msg.blobs:
+      if blob.offset + blob.length <= len(c.data):
+        assert blob.crc32 == zlib.crc32(
+            c.data[blob.offset:blob.offset + blob.length])
+  assert {"scalar", "element", "repeated", "oneof"} <= kinds
+
+
+def test_fuzz_sample(tmp_path):
+  summary = runner.run_campaign(cases=_CASES, seed=_SEED, workers=2,
+                                out=str(tmp_path), timeout=20.0,
+                                mem_gib=4.0, progress=False)
+  report = runner.format_summary(summary)
+  assert summary["cases"] == _CASES, report
+  assert not summary["seeds_dropped"], report
+  assert summary["failure_count"] == 0, report
+
+
+def test_harness_classifies_crashes(tmp_path, monkeypatch):
+  """The machinery itself: a worker that aborts, segfaults, hangs, exits,
+  runs out of memory or raises is a failure of the right class, the worker
+  is replaced, and the next case still runs."""
+  monkeypatch.setenv("JAXPR_IO_FUZZ_SELFTEST", "1")
+  whats = ["abort", "segv", "hang", "exit", "memory", "exception", "ok"]
+  cases = [runner.Case(w, w, f"SELFTEST:{w}".encode(), [], [])
+           for w in whats]
+  verdicts = {}
+  campaign = runner.Campaign(out=str(tmp_path), workers=2, timeout=5.0,
+                             mem_gib=2.0, progress=False)
+  try:
+    campaign.run(cases, lambda v: verdicts.__setitem__(v.case.id, v))
+  finally:
+    campaign.close()
+  got = {w: (v.outcome, (v.failure or {}).get("cls"),
+             (v.failure or {}).get("type")) for w, v in verdicts.items()}
+  assert got == {
+      "abort": ("failure", "abort-load", "SIGABRT"),
+      "segv": ("failure", "abort-load", "SIGSEGV"),
+      "hang": ("failure", "hang-load", "timeout 5s"),
+      "exit": ("failure", "worker-exit-load", "exit 3"),
+      "memory": ("failure", "memory-load", "MemoryError"),
+      "exception": ("failure", "load-exception", "KeyError"),
+      "ok": ("rejected-load", None, None),   # not a jaxpr_io file
+  }, got
+  assert "tests/fuzz/worker.py" in verdicts["hang"].stderr  # the stack dump
+  assert "_selftest" in verdicts["abort"].stderr
