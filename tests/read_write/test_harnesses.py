@@ -41,7 +41,9 @@ def _cases():
       if picked or first_of_group:
         seen_groups.add((h.group_name, x64))
         cases.append(pytest.param(h, x64, id=f"{h.fullname}-x64={x64}"))
-  return cases
+  # The suite's own order varies with the hash seed: sorted, every
+  # pytest-xdist worker collects the same list.
+  return sorted(cases, key=lambda p: p.id)
 
 
 @pytest.mark.parametrize("harness,x64", _cases())
