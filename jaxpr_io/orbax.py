@@ -35,7 +35,8 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from jaxpr_io.format import container
+from jaxpr_io.api import bind_sources
+from jaxpr_io.format import files
 from jaxpr_io.api import program as program_lib
 
 FILENAME = "program.jaxpr"
@@ -61,7 +62,7 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
 
     async def write():
       if jax.process_index() == 0:
-        container.write_file(path, *parts)
+        files.write_file(path, *parts)
     return [ocp.future.CommitFutureAwaitingContractedSignals(
         write(), name="jaxpr_io_program_save")]
 
@@ -69,7 +70,7 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
            args: Optional["ProgramSave"] = None) -> None:
     parts = program_lib.serialize(args.program)
     if jax.process_index() == 0:
-      container.write_file(directory / self._filename, *parts)
+      files.write_file(directory / self._filename, *parts)
 
   def restore(self, directory: epath.Path,
               args: Optional["ProgramRestore"] = None
@@ -79,7 +80,6 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
                             trusted=args.trusted)
     if not args.bind:
       return prog
-    from jaxpr_io.api import bind_sources  # pylint: disable=g-import-not-at-top
     positional, keyword = {}, {}
     for key, value in args.bind.items():
       if isinstance(value, str):

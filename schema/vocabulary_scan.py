@@ -47,6 +47,7 @@ def scan(out_path: str) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jaxpr_io import compat
+  from jaxpr_io.compat import tables as compat_tables
   from jaxpr_io.codec import registry
   from tests.support import programs  # pylint: disable=g-import-not-at-top
   from tests.support.harness_list import cpu_harnesses  # pylint: disable=g-import-not-at-top
@@ -84,7 +85,7 @@ def scan(out_path: str) -> None:
       for k, v in table.items()},
             "all_primitives": sorted(
                 compat.ADAPTER.format_name(n)
-                for n in registry.PRIMITIVES._table().by_name)}  # pylint: disable=protected-access
+                for n in registry.PRIMITIVES.all())}
   with open(out_path, "w") as f:
     json.dump(result, f, indent=1, sort_keys=True)
 
@@ -191,14 +192,14 @@ readers attach the equation's input variables as its constants.
 """
 
 # Primitives whose JAX name another primitive has too: the format's names
-# for them (jaxpr_io.compat.MODULE_PRIMITIVE_NAMES), the same on every
+# for them (jaxpr_io.compat.tables.MODULE_PRIMITIVE_NAMES), the same on every
 # release. Kept here because the table above lists the harness suite's
 # primitives, which do not include kernel primitives.
 _OWN_NAMES = """
 ## Names of their own
 
 A JAX primitive whose name another JAX primitive has too is stored under a
-name of its own (`jaxpr_io.compat.MODULE_PRIMITIVE_NAMES`), the same on
+name of its own (`jaxpr_io.compat.tables.MODULE_PRIMITIVE_NAMES`), the same on
 every release:
 
 | name in the file | JAX's name | defined in |

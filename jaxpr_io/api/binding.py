@@ -206,8 +206,8 @@ def _new_in_tree(in_tree, n_args: int, kw_names) -> Any:
 
 
 def bind(prog, args: tuple, kwargs: dict):
-  """`Program.bind` (see there)."""
-  from jaxpr_io.api.program import Program  # pylint: disable=g-import-not-at-top
+  """`Program.bind` (see there): the bound program's (closed jaxpr,
+  in_tree)."""
   in_tree = prog.in_tree
   if not tree_calls.is_call_signature(in_tree):
     raise UnsupportedError(
@@ -261,4 +261,4 @@ def bind(prog, args: tuple, kwargs: dict):
   new_closed = compat.make_closed(
       new_jaxpr, list(closed.consts) + [bound[i] for i in order])
   new_tree = _new_in_tree(in_tree, len(args), set(kwargs))
-  return Program(new_closed, new_tree, prog.out_tree, prog.metadata)
+  return new_closed, new_tree

@@ -7,9 +7,11 @@ from typing import Any, Callable
 
 import jax
 
-from jaxpr_io.families import checkify as checks
 from jaxpr_io import compat
+from jaxpr_io import families
+from jaxpr_io.api import binding
 from jaxpr_io.format import container
+from jaxpr_io.format import files
 from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.api import specialize
 from jaxpr_io.pytree import static
@@ -133,8 +135,8 @@ class Program:
       UnsupportedError: the program's signature is not `(args, kwargs)`, or
         a bound input has symbolic dimensions or is a mutable ref.
     """
-    from jaxpr_io.api import binding  # pylint: disable=g-import-not-at-top
-    return binding.bind(self, args, kwargs)
+    closed, in_tree = binding.bind(self, args, kwargs)
+    return Program(closed, in_tree, self.out_tree, self.metadata)
 
   def _flat_fun(self, flat):
     """The evaluator for these flat arguments: the program itself, or, for a
@@ -247,7 +249,7 @@ def serialize(program):
 
   The message (a `container.PendingProgram`) lacks the checksums of the
   data's blobs: `container.to_bytes` computes them, and
-  `container.write_file` computes them while it writes the data."""
+  `files.write_file` computes them while it writes the data."""
   program = as_program(program)
   # `closed_jaxpr` verifies a loaded program's constants: a copy must not
   # give corrupt data fresh checksums.
@@ -265,7 +267,7 @@ def save(path: str | os.PathLike, program) -> None:
   """Writes `program` to `path` atomically (temporary file + rename): the
   bytes of `dumps`, with the constants written from their own buffers, and
   checksummed while they are written."""
-  container.write_file(path, *serialize(program))
+  files.write_file(path, *serialize(program))
 
 
 def _from_container(data_container: container.Container, check: bool,
@@ -343,7 +345,9 @@ def _check(program: Program, source: str) -> None:
   run."""
   closed = program.closed_jaxpr
   fun = compat.jaxpr_as_fun(closed)
-  if checks.has_checks(closed.jaxpr):
+  # checkify's family is loaded wherever a program can hold its checks.
+  checks = families.module("checkify")
+  if checks is not None and checks.has_checks(closed.jaxpr):
     # `checkify.check`s compile only functionalized, as in the original.
     fun = checks.functionalized(fun)
   try:

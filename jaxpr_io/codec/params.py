@@ -22,19 +22,18 @@ from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io.format import dtypes
 from jaxpr_io.families.hijax import prims as hi_prims  # registers JAX's hi primitive classes
-from jaxpr_io.families.pallas import core as pallas
 from jaxpr_io.codec import records  # noqa: F401  (registers JAX's record codecs)
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import dead_consts
 from jaxpr_io.compat import symbolic
+from jaxpr_io.codec import unloaded
+from jaxpr_io.safety import limits
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _MAX_BIG_INT_DIGITS = 4000
-# Records and tuples nest; deeper values are refused on both sides. Each
-# level is two protobuf messages and protobuf parses at most 100 levels, so
-# the writer must not produce what no reader can parse.
-MAX_VALUE_DEPTH = 32
+# How deep records and tuples nest (jaxpr_io/safety/limits.py).
+MAX_VALUE_DEPTH = limits.MAX_VALUE_DEPTH
 
 Encoder = Callable[[Any, Any, Any, int], None]
 
@@ -346,6 +345,8 @@ def decode_enum(r, msg, depth):
   type_name = r.string(msg.enum.type)
   member = r.string(msg.enum.member)
   enum_type = registry.ENUMS.by_name.get(type_name)
+  if enum_type is None and registry.load_more():
+    enum_type = registry.ENUMS.by_name.get(type_name)
   if enum_type is None:
     raise FormatError(f"unknown enum type {type_name!r}; register it with "
                       "jaxpr_io.register_enum before loading")
@@ -366,18 +367,19 @@ def encode_record(w, v, out, depth):
 def decode_record(r, msg, depth):
   name = r.string(msg.record.type)
   codec = registry.RECORDS.by_name.get(name)
+  if codec is None and registry.load_more():
+    codec = registry.RECORDS.by_name.get(name)
   if codec is None:
     # A record of a library in jaxpr_io's table (an Equinox sentinel):
     # registered once that library is imported, from the table.
-    from jaxpr_io.families.libraries import codecs as library_codecs  # pylint: disable=g-import-not-at-top
     try:
-      codec = library_codecs.load_record(name)
-    except library_codecs.MissingLibraryError:
+      codec = registry.resolve_record(name)
+    except unloaded.MissingLibraryError:
       if not getattr(r, "unloaded_records_ok", False):
         raise
       # In a pytree node's auxdata: the node loads as a plain container.
       fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields[:])
-      return library_codecs.UnloadedRecord(name, fields)
+      return unloaded.UnloadedRecord(name, fields)
   if codec is None and hi_prims.missing_here(name):
     raise FormatError(hi_prims.missing_here(name))
   if codec is None:
@@ -426,18 +428,20 @@ ENCODERS: dict[type, Encoder] = {
     compat.AbstractRef: encode_aval,
     compat.AbstractToken: encode_aval,
 }
-# Ref aval subclasses stored as refs (jaxpr_io/families/pallas/core.py: Mosaic GPU's WGMMA
-# accumulator).
-for _ref_class in pallas.ref_classes():
-  ENCODERS[_ref_class] = encode_aval
 for _dtype in dtypes.DTYPE_TO_ENUM:
   ENCODERS[type(_dtype)] = encode_dtype
   if _dtype.itemsize:  # not float0, whose scalar type is numpy.void
     ENCODERS[_dtype.type] = encode_numpy_scalar
 ENCODERS[type(compat.prng_key_dtype(compat.prng_impls["threefry2x32"]))] = (
     encode_dtype)
-for _prim_type in {type(p) for p in compat.builtin_primitives().values()}:
-  ENCODERS[_prim_type] = encode_primitive
+
+
+
+def register_aval_type(cls: type) -> None:
+  """Params of exactly type `cls` (an aval class of a primitive family, such
+  as a Pallas ref subclass) are stored as avals."""
+  ENCODERS[cls] = encode_aval
+
 
 DECODERS: dict[str, Callable[[Any, Any, int], Any]] = {
     "none": decode_none,
@@ -473,6 +477,16 @@ def register_value_encoder(cls: type, encoder: Encoder) -> None:
     raise ValueError(f"{cls.__qualname__} already has the encoder "
                      f"{ENCODERS[cls].__name__}")
   ENCODERS[cls] = encoder
+
+
+# ------------------------------------------------- unloadable records
+def encode_unloaded_record(w, v, out, depth):
+  out.record.type = w.string(v.name)
+  for field in v.fields:
+    encode_value(w, field, out.record.fields.add(), depth + 1)
+
+
+register_value_encoder(unloaded.UnloadedRecord, encode_unloaded_record)
 
 
 def register_value_decoder(kind: str, decoder) -> None:

@@ -12,13 +12,36 @@ before `dumps`/`loads`.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from jaxpr_io import compat
+from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.families.libraries import table as libraries
 
 K = TypeVar("K", bound=Hashable)
+
+# The families' loaders (jaxpr_io/families/__init__.py installs them): the
+# codecs of a primitive family register when its module is imported, which
+# happens on first use, not when jaxpr_io is imported.
+_load_core: Callable[[], None] | None = None
+_load_more: Callable[[], bool] | None = None
+
+
+def set_family_loaders(*, core: Callable[[], None],
+                       more: Callable[[], bool]) -> None:
+  """`core()` loads the families every program may need (called on the
+  first use of the registries); `more()` loads the rest and says whether
+  it loaded anything (called when a file names something unregistered)."""
+  global _load_core, _load_more
+  _load_core, _load_more = core, more
+
+
+def load_more() -> bool:
+  """Loads the families not loaded yet; whether any was. A reader that
+  finds a name no registry holds calls this, then looks again."""
+  return _load_more() if _load_more is not None else False
 
 
 class Registry(Generic[K]):
@@ -47,33 +70,63 @@ class Registry(Generic[K]):
 
 # ------------------------------------------------------------- primitives
 class _Primitives:
-  """Primitive name <-> `Primitive`, keyed by object identity: JAX's own,
-  those the user registers, and those of the library table
-  (jaxpr_io/families/libraries/table.py).
+  """Primitive name <-> `Primitive`, keyed by object identity: JAX's own
+  (`compat.tables.PRIMITIVE_MODULES`), those the user registers, and those
+  of the library table (jaxpr_io/families/libraries/table.py).
 
-  Built lazily: JAX's modules are scanned on the first dump, load or
-  registration.
+  Built lazily, and without importing a JAX module a program or a file does
+  not need: the first use scans the modules this process has imported; a
+  primitive object that is not found rescans the imported modules (its
+  module is imported, or the object would not exist); a name that is not
+  found imports the rest of the fixed module list (never a module a file
+  names). Registering a primitive imports them all first, so a user's name
+  that clashes with JAX's is refused at once, whatever was imported.
   """
 
   def __init__(self):
-    self._lock = threading.Lock()
-    self._registry: Registry[int] | None = None
+    self._lock = threading.RLock()
+    self._registry: Registry[int] = Registry("primitive")
+    self._scanned_all = False
+    self._scanned: set[str] = set()
+
+  def _scan(self, *, import_all: bool) -> None:
+    with self._lock:
+      if self._scanned_all:
+        return
+      todo = [m for m in compat_tables.PRIMITIVE_MODULES
+              if m not in self._scanned
+              and (import_all or m in sys.modules)]
+      found = compat_tables.builtin_primitives(todo,
+                                               imported_only=not import_all)
+      self._scanned.update(todo if import_all else
+                           [m for m in todo if m in sys.modules])
+      self._scanned_all = import_all
+      for name, prim in found.items():
+        if self._registry.by_name.get(name) is not prim:
+          self._registry.add(id(prim), name, prim)
 
   def _table(self) -> Registry[int]:
-    if self._registry is None:
-      with self._lock:
-        if self._registry is None:
-          registry: Registry[int] = Registry("primitive")
-          for name, prim in compat.builtin_primitives().items():
-            registry.add(id(prim), name, prim)
-          self._registry = registry
+    if not self._scanned:
+      self._scan(import_all=False)
+      if _load_core is not None:
+        _load_core()
     return self._registry
 
+  def all(self) -> dict[str, Any]:
+    """Every primitive of the table, JAX's modules all imported."""
+    self._scan(import_all=True)
+    return dict(self._registry.by_name)
+
   def register(self, primitive, name: str) -> None:
-    self._table().add(id(primitive), name, primitive)
+    self._scan(import_all=True)
+    self._registry.add(id(primitive), name, primitive)
 
   def name_of(self, primitive) -> str | None:
-    name = self._table().by_key.get(id(primitive))
+    table = self._table()
+    name = table.by_key.get(id(primitive))
+    if name is None and not self._scanned_all:
+      self._scan(import_all=False)
+      name = table.by_key.get(id(primitive))
     if name is None:
       name = libraries.name_of(primitive)
     return name
@@ -81,8 +134,13 @@ class _Primitives:
   def lookup(self, name: str):
     """The primitive of serialized name `name`, or None. A name of the
     library table (jaxpr_io/families/libraries/table.py) imports the table's module."""
-    name = compat.PRIMITIVE_RENAMES.get(name, name)
-    primitive = self._table().by_name.get(name)
+    name = compat_tables.PRIMITIVE_RENAMES.get(name, name)
+    table = self._table()
+    primitive = table.by_name.get(name)
+    if primitive is None and not self._scanned_all:
+      self._scan(import_all=True)
+      load_more()  # the families of the modules just imported
+      primitive = table.by_name.get(name)
     if primitive is None:
       primitive = libraries.load(name)
     return primitive
@@ -142,10 +200,42 @@ def register_param_codec(cls: type, *, name: str,
   RECORDS.add(cls, name, RecordCodec(cls, name, encode, decode))
 
 
+# Families that register record codecs on demand (a library's, once the
+# library is imported): name -> codec or None; they may raise FormatError.
+_RECORD_RESOLVERS: list[Callable[[str], Any]] = []
+
+
+def register_record_resolver(resolve: Callable[[str], Any]) -> None:
+  """`resolve(name)` gives the record codec of `name` that it can register
+  now (importing a library of jaxpr_io's table), or None."""
+  _RECORD_RESOLVERS.append(resolve)
+
+
+def resolve_record(name: str):
+  """The codec of record `name` from the resolvers, or None."""
+  for resolve in _RECORD_RESOLVERS:
+    codec = resolve(name)
+    if codec is not None:
+      return codec
+  return None
+
+
 def register_named_tuple(cls: type, *, name: str) -> None:
   """Registers a NamedTuple class field by field."""
   register_param_codec(cls, name=name, encode=tuple,
                        decode=lambda fields: cls(*fields))
+
+
+# JAX's own NamedTuples (compat.tables.NAMED_TUPLES and those of the
+# families): the writer compares their param values by value, as tuples.
+VALUE_KEYED_TUPLES: set[type] = set()
+
+
+def register_jax_named_tuple(cls: type, *, name: str) -> None:
+  """Registers one of JAX's NamedTuples (compared by value when the writer
+  stores each distinct param set once)."""
+  register_named_tuple(cls, name=name)
+  VALUE_KEYED_TUPLES.add(cls)
 
 
 # ------------------------------------------------------------ effects
@@ -224,15 +314,15 @@ def register_eqn_param_codec(primitive: str, param: str, *,
     INPUT_TYPED_PRIMITIVES.add(primitive)
 
 
-for _key, _rebuild in compat.DERIVED_PARAMS.items():
+for _key, _rebuild in compat_tables.DERIVED_PARAMS.items():
   register_eqn_param_codec(
       *_key, encode=lambda value, params: None,
       decode=lambda stored, params, _rebuild=_rebuild: _rebuild(params))
 
-for _name, _enum in compat.ENUMS.items():
+for _name, _enum in compat_tables.ENUMS.items():
   register_enum(_enum, name=_name)
-for _name, _cls in compat.NAMED_TUPLES.items():
-  register_named_tuple(_cls, name=_name)
+for _name, _cls in compat_tables.NAMED_TUPLES.items():
+  register_jax_named_tuple(_cls, name=_name)
 # Record types that only the running JAX release has (e.g. 0.11's FlatTree).
 for _cls, _name, _encode, _decode in compat.ADAPTER.record_codecs:
   register_param_codec(_cls, name=_name, encode=_encode, decode=_decode)

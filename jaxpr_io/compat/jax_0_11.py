@@ -37,7 +37,7 @@ from jax._src import tree_util
 from jax._src import util as jax_util
 
 from jaxpr_io.codec import vocabulary
-from jaxpr_io.compat import hi_linearized, pallas_pipeline
+from jaxpr_io.compat import hi_linearized, pallas_pipeline, tree_tuples
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError
 
@@ -47,21 +47,19 @@ _INLINE_BY_VALUE = {m.value: m for m in Inline}
 
 # ------------------------------------------------------------- FlatTrees
 # Stored as records. A `Pytree` node's treedef is stored as the nested tuple
-# of jaxpr_io.families.callbacks (builtin containers only) and rebuilt in JAX's
+# of jaxpr_io/compat/tree_tuples.py (builtin containers only) and rebuilt in JAX's
 # tracing registry, where FlatTree builds its own.
 def _encode_pytree_node(node):
-  from jaxpr_io.families import callbacks  # pylint: disable=g-import-not-at-top
-  return (node.xs, callbacks.encode_treedef(node.tree))
+  return (node.xs, tree_tuples.encode_treedef(node.tree))
 
 
 def _decode_pytree_node(fields):
-  from jaxpr_io.families import callbacks  # pylint: disable=g-import-not-at-top
   xs, stored = fields
   if type(xs) is not tuple:
     raise FormatError("a FlatTree Pytree node needs a tuple of values")
-  skeleton = callbacks.treedef_skeleton(stored)
+  skeleton = tree_tuples.treedef_skeleton(stored)
   _, treedef = tree_util.tracing_registry.flatten(
-      skeleton, callbacks.is_skeleton_leaf)
+      skeleton, tree_tuples.is_skeleton_leaf)
   if treedef.num_leaves != len(xs):
     raise FormatError(f"a FlatTree Pytree node has {len(xs)} values for "
                       f"{treedef.num_leaves} leaves")

@@ -106,6 +106,15 @@ def _poly_spec(aval) -> str | None:
   return "(" + ", ".join(str(d) for d in aval.shape) + ")"
 
 
+def _constraints(in_avals) -> tuple:
+  """The constraints of the symbolic scope of the inputs' dimensions."""
+  for aval in in_avals:
+    for d in aval.shape:
+      if type(d) is symbolic.DimExpr:
+        return symbolic.scope_constraints(symbolic.scope_of(d))
+  return ()
+
+
 def to_saved_model(program, export_dir: str | os.PathLike, *,
                    with_gradient: bool = False,
                    platforms: Sequence[str] | None = None) -> None:
@@ -135,16 +144,10 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
   def with_consts(weights, *flat_args):
     return compat.jaxpr_as_fun(compat.ClosedJaxpr(jaxpr, weights))(*flat_args)
 
-  constraints = ()
-  for aval in in_avals:
-    for d in aval.shape:
-      if type(d) is symbolic.DimExpr:
-        constraints = symbolic.scope_constraints(symbolic.scope_of(d))
-        break
   converted = jax2tf.convert(
       with_consts,
       polymorphic_shapes=[None] + [_poly_spec(a) for a in in_avals],
-      polymorphic_constraints=constraints,
+      polymorphic_constraints=_constraints(in_avals),
       with_gradient=with_gradient,
       native_serialization_platforms=tuple(platforms) if platforms else None)
 

@@ -10,7 +10,7 @@ Python function, which a file cannot hold.
 Such a function is storable only once it is registered under a stable name,
 in the saving process and again in the loading one:
 
-    jaxpr_io.families.callbacks.register_callback("mylib.log_stats", log_stats)
+    jaxpr_io.register_callback("mylib.log_stats", log_stats)
 
 The file then stores the name, and `load` calls whatever function the
 loading process registered under it (loading a file never imports code). An
@@ -44,27 +44,23 @@ The other params (`debug_print`'s `fmt`, `ordered`, `static_args`,
 `np_printoptions`, ...; `sharding`, `vmap_method`, `ordered`,
 `partitioned`) are plain data and use the generic codecs.
 
-A pytree structure `in_tree` is stored as a nested tuple, one per node:
-`("leaf",)`, `("none",)`, `("tuple", children)`, `("list", children)`,
-`("dict", keys, children)`, or `("custom", name, auxdata, children)` for a
-node type registered with `jax.export.register_pytree_node_serialization`
-(`name` its serialized name, `auxdata` the bytes its serializer wrote, as a
-uint8 array); `children` is a tuple of nodes.
+A pytree structure `in_tree` is stored as a nested tuple, one per node
+(jaxpr_io/compat/tree_tuples.py).
 
 Importing this module registers the codecs.
 """
 
 from __future__ import annotations
 
-import types
 from typing import Any, Callable
 
-import jax
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import callbacks as compat_callbacks
+from jaxpr_io.compat import tree_tuples
 from jaxpr_io.pytree.calls import is_call_signature
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -86,7 +82,7 @@ def register_callback(name: str, fn: Callable | None = None):
 
   Returns `fn`; with `fn` omitted, returns a decorator:
 
-      @jaxpr_io.families.callbacks.register_callback("mylib.host_fn")
+      @jaxpr_io.register_callback("mylib.host_fn")
       def host_fn(x): ...
   """
   if fn is None:
@@ -125,7 +121,7 @@ def _name_of(fn, api: str) -> str:
     raise UnsupportedError(
         f"the {api} calls the Python function {_describe_fn(fn)}, which a "
         "file cannot hold; register it under a stable name with "
-        "jaxpr_io.families.callbacks.register_callback('some.name', fn) in the "
+        "jaxpr_io.register_callback('some.name', fn) in the "
         "saving process and in every process that loads the program")
   return name
 
@@ -138,114 +134,8 @@ def _lookup(name) -> Any:
     raise FormatError(
         f"the program calls the host callback {name!r}, which is not "
         "registered in this process; register the function with "
-        f"jaxpr_io.families.callbacks.register_callback({name!r}, fn) before loading")
+        f"jaxpr_io.register_callback({name!r}, fn) before loading")
   return fn
-
-
-# ------------------------------------------------------------- pytrees
-def encode_treedef(treedef) -> tuple:
-  """A `PyTreeDef` as a nested tuple (see the module docstring)."""
-  node_data = treedef.node_data()
-  if node_data is None:
-    return ("leaf",)
-  node_type, aux = node_data
-  children = tuple(encode_treedef(c) for c in treedef.children())
-  if node_type is types.NoneType:
-    return ("none",)
-  if node_type is tuple:
-    return ("tuple", children)
-  if node_type is list:
-    return ("list", children)
-  if node_type is dict:
-    return ("dict", tuple(aux), children)
-  entry = compat.pytree_serialization_registry.get(node_type)
-  if entry is None:
-    raise UnsupportedError(
-        f"the pytree node type {node_type.__module__}."
-        f"{node_type.__qualname__} has no stable serialized name; register "
-        "it with jax.export.register_pytree_node_serialization (or "
-        "register_namedtuple_serialization for a NamedTuple)")
-  name, serialize_auxdata = entry
-  data = serialize_auxdata(aux)
-  if not isinstance(data, (bytes, bytearray)):
-    raise UnsupportedError(
-        f"the pytree auxdata serializer of {name!r} returned "
-        f"{type(data).__name__}, not bytes")
-  return ("custom", name, np.frombuffer(bytes(data), np.uint8), children)
-
-
-class _Leaf:
-  """Placeholder leaf of the skeleton a treedef is rebuilt from."""
-
-
-_LEAF = _Leaf()
-
-
-def _skeleton(node) -> Any:
-  if type(node) is not tuple or not node or type(node[0]) is not str:
-    raise FormatError(f"pytree node {node!r} is not a (kind, ...) tuple")
-  kind, rest = node[0], node[1:]
-  shape = {"leaf": 0, "none": 0, "tuple": 1, "list": 1, "dict": 2,
-           "custom": 3}.get(kind)
-  if shape is None or len(rest) != shape:
-    raise FormatError(f"pytree node {node!r} is not a known node kind")
-  if kind == "leaf":
-    return _LEAF
-  if kind == "none":
-    return None
-  if type(rest[-1]) is not tuple:
-    raise FormatError(f"the children of pytree node {kind!r} are not a tuple")
-  children = [_skeleton(c) for c in rest[-1]]
-  if kind == "tuple":
-    return tuple(children)
-  if kind == "list":
-    return children
-  if kind == "dict":
-    keys = rest[0]
-    if type(keys) is not tuple or len(keys) != len(children):
-      raise FormatError(f"a pytree dict has keys {keys!r} for "
-                        f"{len(children)} children")
-    try:
-      return dict(zip(keys, children))
-    except TypeError as e:
-      raise FormatError(f"a pytree dict key is unhashable: {e}") from None
-  name, data = rest[0], rest[1]
-  if type(name) is not str or type(data) is not np.ndarray or (
-      data.dtype != np.uint8 or data.ndim != 1):
-    raise FormatError(f"custom pytree node {name!r} needs a name and uint8 "
-                      "auxdata")
-  entry = compat.pytree_deserialization_registry.get(name)
-  if entry is None:
-    raise FormatError(
-        f"the pytree node type {name!r} is not registered in this process; "
-        "register it with jax.export.register_pytree_node_serialization "
-        "before loading")
-  _, deserialize_auxdata, from_children = entry
-  try:
-    return from_children(deserialize_auxdata(data.tobytes()), children)
-  except (TypeError, ValueError, LookupError, AttributeError) as e:
-    raise FormatError(f"custom pytree node {name!r} cannot be rebuilt: "
-                      f"{e}") from None
-
-
-def treedef_skeleton(stored):
-  """A pytree whose structure is the stored treedef; its leaves are
-  placeholders that `is_skeleton_leaf` recognizes."""
-  return _skeleton(stored)
-
-
-def is_skeleton_leaf(x) -> bool:
-  return x is _LEAF
-
-
-def decode_treedef(stored):
-  """The `PyTreeDef` of a nested tuple written by `encode_treedef`."""
-  skeleton = _skeleton(stored)
-  try:
-    return jax.tree_util.tree_structure(skeleton,
-                                        is_leaf=lambda x: x is _LEAF)
-  except (TypeError, ValueError) as e:  # e.g. dict keys that do not sort
-    raise FormatError(f"pytree {stored!r} cannot be rebuilt: {e}") from None
 
 
 # ------------------------------------------------------------- avals
@@ -310,7 +200,7 @@ def _flat_callback_encoder(api: str):
           f"the {api} callback {_describe_fn(callback)} was not made by "
           f"{api}; it cannot be stored")
     return (_name_of(callback.callback_func, api),
-            encode_treedef(callback.in_tree))
+            tree_tuples.encode_treedef(callback.in_tree))
   return encode
 
 
@@ -353,7 +243,7 @@ def encode_debug_callback(callback, params) -> tuple:
         "by jax.debug.callback (JAX-internal uses such as jax.debug.breakpoint "
         "cannot be stored)")
   user_fn, in_tree, static_args = parts
-  return (_name_of(user_fn, "jax.debug.callback"), encode_treedef(in_tree),
+  return (_name_of(user_fn, "jax.debug.callback"), tree_tuples.encode_treedef(in_tree),
           tuple(sorted(static_args.items())))
 
 
@@ -379,8 +269,9 @@ def decode_debug_callback(stored, params):
                                        dict(static_args))
 
 
-_EFFECT_NAMES = {id(e): name for name, e in compat.SINGLETON_EFFECTS.items()
-                 if any(e is d for d in compat_callbacks.DEBUG_EFFECTS)}
+_EFFECT_NAMES = {id(e): name for name in ("jax.debug", "jax.ordered_debug")
+                 if (e := compat_tables.SINGLETON_EFFECTS.get(name)) is not None
+                 and any(e is d for d in compat_callbacks.DEBUG_EFFECTS)}
 
 
 def encode_debug_effect(effect, params) -> str:
@@ -394,7 +285,7 @@ def encode_debug_effect(effect, params) -> str:
 
 def decode_debug_effect(stored, params):
   del params
-  effect = compat.SINGLETON_EFFECTS.get(stored) if type(stored) is str else None
+  effect = compat_tables.SINGLETON_EFFECTS.get(stored) if type(stored) is str else None
   if effect is None or id(effect) not in _EFFECT_NAMES:
     raise FormatError(f"{stored!r} is not a debug effect (expected one of "
                       f"{sorted(_EFFECT_NAMES.values())})")
@@ -429,7 +320,7 @@ def decode_logging_record(stored, params):
 
 def _encode_in_tree(treedef, params):
   del params
-  return encode_treedef(treedef)
+  return tree_tuples.encode_treedef(treedef)
 
 
 def _decode_in_tree(stored, params):
@@ -440,7 +331,7 @@ def _decode_in_tree(stored, params):
 def _call_tree(stored):
   """A stored `(args, kwargs)` structure: callbacks unflatten their operands
   with it and unpack the pair."""
-  tree = decode_treedef(stored)
+  tree = tree_tuples.decode_treedef(stored)
   if not is_call_signature(tree):
     raise FormatError(f"callback argument structure {tree} is not that of "
                       "(args tuple, kwargs dict with string keys)")

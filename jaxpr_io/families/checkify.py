@@ -29,12 +29,12 @@ from typing import Any
 
 import jax
 
-from jaxpr_io import compat
+from jaxpr_io.compat import checkify as compat_checkify
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.errors import FormatError, UnsupportedError
 
-_checkify = compat.jax_checkify
+_checkify = compat_checkify.jax_checkify
 
 # Stable name -> the exception type an error of that kind raises.
 ERROR_TYPES: dict[str, type] = {
@@ -82,13 +82,13 @@ def decode_error_effect(payload):
       raise FormatError(f"a checkify error effect's payload type "
                         f"{item!r:.80} is not (shape, dtype)")
     structs.append(jax.ShapeDtypeStruct(item[0], item[1]))
-  return compat.ErrorEffect(error_type, tuple(structs))
+  return compat_checkify.ErrorEffect(error_type, tuple(structs))
 
 
 def has_checks(jaxpr) -> bool:
   """Whether `jaxpr` has checkify error effects (it must be called under
   `checkify.checkify`)."""
-  return any(type(e) is compat.ErrorEffect for e in jaxpr.effects)
+  return any(type(e) is compat_checkify.ErrorEffect for e in jaxpr.effects)
 
 
 def functionalized(fun):
@@ -182,7 +182,7 @@ def decode_err_tree(stored, params):
     if not (type(entry) is tuple and len(entry) == 2
             and type(entry[0]) is tuple and type(entry[1]) is tuple
             and len(entry[0]) == len(entry[1])
-            and all(type(k) is compat.ErrorEffect for k in entry[0])
+            and all(type(k) is compat_checkify.ErrorEffect for k in entry[0])
             and all(type(c) is compat_pytrees.PyTreeDef for c in entry[1])):
       raise FormatError("a dict of check's err_tree is not (effects, trees) "
                         "of one length")
@@ -210,12 +210,12 @@ def failed_check_formats(err_tree) -> list[tuple[str, Any]]:
 
 registry.register_eqn_param_codec("check", "err_tree", encode=encode_err_tree,
                                   decode=decode_err_tree)
-registry.register_effect_codec(compat.ErrorEffect,
+registry.register_effect_codec(compat_checkify.ErrorEffect,
                                name="jax.checkify.ErrorEffect",
                                encode=encode_error_effect,
                                decode=decode_error_effect)
 # The error tree's dicts are keyed by effects: they are param values too.
-registry.register_param_codec(compat.ErrorEffect,
+registry.register_param_codec(compat_checkify.ErrorEffect,
                               name="jax.checkify.ErrorEffect",
                               encode=encode_error_effect,
                               decode=decode_error_effect)

@@ -7,7 +7,8 @@ auxdata of those nodes is a dict (the matrix's shape and sortedness flags),
 which the generic treedef param codec cannot store exactly (a `Value` has no
 dict). This codec stores such a node as (format name, ((key, value), ...),
 number of buffers) and rebuilds it from a fixed table of the sparse classes:
-a file names a format, never a class to import.
+a file names a format, never a class to import. Also the NamedTuples of the
+sparse primitives' params (`SparseInfo`, `COOInfo`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from jax.experimental import sparse as jsparse
 
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import pytrees as compat_pytrees
+from jaxpr_io.compat import sparse as compat_sparse
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 # format name -> (class, its auxdata keys in its own order, what each holds,
@@ -102,3 +104,5 @@ def decode_todense_tree(stored, params):
 registry.register_eqn_param_codec("todense", "tree",
                                   encode=encode_todense_tree,
                                   decode=decode_todense_tree)
+for _name, _cls in compat_sparse.NAMED_TUPLES.items():
+  registry.register_jax_named_tuple(_cls, name=_name)

@@ -14,7 +14,7 @@ ids, sub-jaxprs) and need nothing here. Three need a decision:
   (jaxpr_io/safety/trust.py): the target must be registered with
   `jaxpr_io.register_ffi_target`, which also validates `backend_config`.
 * `thunky.ptx_kernel` carries PTX source, native code chosen by the file:
-  never stored (`compat.EXCLUDED_PRIMITIVES`).
+  never stored (`jaxpr_io.compat.tables.EXCLUDED_PRIMITIVES`).
 
 thunky exists from JAX 0.12 on: a file with thunky equations loaded under an
 earlier release fails with a FormatError naming the primitive and the first

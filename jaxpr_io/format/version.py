@@ -182,7 +182,7 @@ __version__ = "0.1.0"
 FORMAT_VERSION = 8
 OLDEST_READABLE_FORMAT_VERSION = 1
 
-# SHA-256 of the compiled schema descriptor (jaxpr_io/_proto/jaxpr.desc) that
+# SHA-256 of the compiled schema descriptor (jaxpr_io/format/_proto/jaxpr.desc) that
 # each format version was released with. A schema change without a new entry
 # here fails tests/test_schema_version.py.
 SCHEMA_FINGERPRINTS = {

@@ -1,23 +1,7 @@
-"""Pytree treedefs as param values (`Value.treedef`), and the map of the
-pytree modules.
-
-A program's signature (`in_tree`, `out_tree`) and its treedef params are
-`PyTree` messages (schema/jaxpr.proto). The modules that handle them:
-
-  jaxpr_io/pytree/nodes.py  the `Node` model, nesting limits, trees loaded
-                          with plain containers (so a loaded program
-                          saves to the same bytes)
-  jaxpr_io/pytree/write.py  treedef -> messages: what each node kind stores
-  jaxpr_io/pytree/read.py   messages -> treedef, validated; what a GENERIC
-                          node is re-bound to (only the library table is
-                          ever imported) and its plain container otherwise
-  jaxpr_io/pytree/calls.py  call paths: calling a program with arguments of
-                          its signature or of any structure with the same
-                          key paths
-
-This module is the codec pair of treedef params, registered with
-jaxpr_io/codec/params.py: unlike a signature, such a treedef must come back
-exactly.
+"""Pytree treedefs as param values (`Value.treedef`): the codec pair,
+registered with jaxpr_io/codec/params.py. Unlike a signature (read by
+read.py, whose GENERIC nodes may load as plain containers), such a treedef
+must come back exactly (docs/architecture.md maps the pytree modules).
 """
 
 from __future__ import annotations

@@ -22,12 +22,11 @@ import dataclasses
 import threading
 from typing import Any
 
-# Protobuf parsers refuse messages nested more than 100 deep. A pytree node
-# at depth d is a message at depth d + 2 (under `Program`), its dict keys,
-# child keys and auxdata a few levels deeper, two per nested tuple: the
-# writer keeps both within these limits, so whatever it writes parses.
-MAX_DEPTH = 64
-MAX_KEY_NESTING = 8
+from jaxpr_io.safety import limits
+
+# How deep pytree nodes and their keys nest (jaxpr_io/safety/limits.py).
+MAX_DEPTH = limits.MAX_TREE_DEPTH
+MAX_KEY_NESTING = limits.MAX_KEY_NESTING
 
 
 @dataclasses.dataclass(eq=False)

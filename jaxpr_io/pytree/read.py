@@ -48,8 +48,8 @@ import jax
 from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io.families.libraries import table as libraries
-from jaxpr_io.families.libraries import codecs as library_codecs
 from jaxpr_io.codec import params
+from jaxpr_io.codec import unloaded
 from jaxpr_io.pytree import calls as tree_calls
 from jaxpr_io.pytree import nodes as tree_nodes
 from jaxpr_io.compat import pytrees as compat_pytrees
@@ -356,7 +356,7 @@ def _read_node(r, msg, children_msgs: list, depth: int, memo: TreeMemo,
 
 def _read_auxdata(r, msg):
   """A GENERIC node's auxdata. A record of a table library that cannot be
-  imported here becomes a `library_codecs.UnloadedRecord` (the node then
+  imported here becomes a `unloaded.UnloadedRecord` (the node then
   loads as a plain container) instead of failing the load."""
   before = getattr(r, "unloaded_records_ok", False)
   r.unloaded_records_ok = True
@@ -489,7 +489,7 @@ def _find_type(node: Node) -> tuple[type | None, str]:
     return None, "a GENERIC node cannot be a built-in container"
   if not node.has_auxdata:
     return None, "its auxdata is not plain data and was not stored"
-  if library_codecs.holds_unloaded(node.auxdata):
+  if unloaded.holds_unloaded(node.auxdata):
     return None, "its auxdata holds values of a library not imported here"
   n = len(node.children)
   if compat_pytrees.make_node(obj, node.auxdata,

@@ -18,7 +18,6 @@ static value), `None`, or nothing (e.g. `eqx.filter(model, eqx.is_array)`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax

@@ -23,11 +23,12 @@ from jax import numpy as jnp
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
+from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.compat import symbolic
 from jaxpr_io.format import dim_grammar
 from jaxpr_io.format import dtypes
 from jaxpr_io.families.hijax import mutable as hi_mutable
-from jaxpr_io.families.pallas import core as pallas
+from jaxpr_io.families.pallas import refs as pallas_refs
 from jaxpr_io.codec import params
 from jaxpr_io.codec import registry
 from jaxpr_io.safety import validate
@@ -262,7 +263,7 @@ class AvalReader:
         raise FormatError(f"a ref's {what} {value!r:.80} is not None or a "
                           "registered enum member or record")
     try:
-      return pallas.build_ref(inner, memory_space, kind)
+      return pallas_refs.build_ref(inner, memory_space, kind)
     except (TypeError, ValueError) as e:
       raise FormatError(f"ref aval cannot be rebuilt: {e}") from None
 
@@ -285,11 +286,11 @@ class AvalReader:
     done = None
     if m.done:
       name = self.string(m.done - 1)
-      done = compat.FUTURE_DONES.get(name)
+      done = compat_tables.FUTURE_DONES.get(name)
       if done is None:
         raise FormatError(
             f"a future's done primitive {name!r:.80} is not one this JAX "
-            f"has (it has {', '.join(compat.FUTURE_DONES)})")
+            f"has (it has {', '.join(compat_tables.FUTURE_DONES)})")
     return compat.ADAPTER.new_future(inner, done)
 
   def _decode_lin_val(self, m):

@@ -173,6 +173,53 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
   concatenated columns costs a few dozen numpy calls per program instead of
   per jaxpr, which was most of the time of reading a small jaxpr. Errors
   name the jaxpr and equation."""
+  counts = _equation_counts(columns)
+  starts = np.zeros(len(columns) + 1, np.int64)
+  np.cumsum(counts, out=starts[1:])
+  kind_ids, name_stacks, contexts, refs, outvars = (
+      np.concatenate([getattr(c, field) for c in columns]) if columns
+      else np.zeros(0, dtype)
+      for field, dtype in (("kinds", _U32), ("name_stacks", _U32),
+                           ("contexts", _U32), ("invars", _I32),
+                           ("outvars", _U32)))
+  where = _Where(r, starts, kind_ids)
+  for column, table_len, what in ((kind_ids, len(r.kind_keys), "kind"),
+                                  (name_stacks, len(r.source_infos),
+                                   "name stack"),
+                                  (contexts, len(r.contexts), "eqn context")):
+    if len(column) and int(column.max()) >= table_len:
+      e = _first(column >= table_len)
+      raise FormatError(f"{where.at(e)}: {what} index {column[e]} is out of "
+                        f"range (the table has {table_len} entries)")
+  kind_n_in, kind_n_out = r.kind_arity()
+  n_ins, n_outs = kind_n_in[kind_ids], kind_n_out[kind_ids]
+  in_ends, out_ends = np.cumsum(n_ins), np.cumsum(n_outs)  # per equation
+  # Per jaxpr, where its part of the inputs (outputs) begins; then the end.
+  in_starts = np.concatenate(([0], in_ends))[starts]
+  out_starts = np.concatenate(([0], out_ends))[starts]
+  _check_parts(r, columns, outvars, in_starts, out_starts)
+
+  # Every output variable, in binding order.
+  n_bound = np.array([len(env) for env in envs], np.int64)
+  jaxpr_of = np.repeat(np.arange(len(columns)), counts)  # per equation
+  first_out = out_ends - n_outs + (n_bound - out_starts[:-1])[jaxpr_of]
+  var_array = _output_vars(r, columns, outvars, out_starts)
+  ins = _input_vars(r, envs, columns, refs, var_array, where, _Spans(
+      n_ins, in_ends, in_starts, out_starts, n_bound, jaxpr_of, first_out))
+  return Batch(
+      starts.tolist(), out_starts.tolist(), kind_ids, first_out, ins,
+      var_array.tolist(), _bounds(in_ends), _bounds(out_ends),
+      r.source_info_array()[name_stacks].tolist(),
+      # Most programs have one context: repeating it is cheaper.
+      (r.contexts * len(contexts) if len(r.contexts) == 1
+       else r.context_array()[contexts].tolist()),
+      _kinds_used(jaxpr_of, kind_ids, len(columns), len(r.kind_keys)),
+      np.full(len(r.kind_keys), None, object),
+      np.full(len(r.kind_keys), None, object))
+
+
+def _equation_counts(columns: list[Columns]) -> list[int]:
+  """The number of equations of each jaxpr, its columns checked to agree."""
   counts = []
   for j, cols in enumerate(columns):
     n = len(cols.kinds)
@@ -189,36 +236,38 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
       raise FormatError(f"jaxpr {j}: effects of equation "
                         f"{max(cols.effects)}, but the jaxpr has {n}")
     counts.append(n)
-  starts = np.zeros(len(columns) + 1, np.int64)
-  np.cumsum(counts, out=starts[1:])
-  kind_ids, name_stacks, contexts, refs, outvars = (
-      np.concatenate([getattr(c, field) for c in columns]) if columns
-      else np.zeros(0, dtype)
-      for field, dtype in (("kinds", _U32), ("name_stacks", _U32),
-                           ("contexts", _U32), ("invars", _I32),
-                           ("outvars", _U32)))
+  return counts
 
-  def at(e: int) -> str:  # "jaxpr j: equation i" of program-wide equation e
-    j = int(np.searchsorted(starts, e, side="right")) - 1
-    return f"jaxpr {j}: equation {e - int(starts[j])}"
 
-  def named(e: int) -> str:
-    return f"{at(e)} ({_name(r, int(kind_ids[e]))})"
+class _Where:
+  """Names program-wide equation `e` in errors: its jaxpr and index."""
 
-  for column, table_len, what in ((kind_ids, len(r.kind_keys), "kind"),
-                                  (name_stacks, len(r.source_infos),
-                                   "name stack"),
-                                  (contexts, len(r.contexts), "eqn context")):
-    if len(column) and int(column.max()) >= table_len:
-      e = _first(column >= table_len)
-      raise FormatError(f"{at(e)}: {what} index {column[e]} is out of range "
-                        f"(the table has {table_len} entries)")
-  kind_n_in, kind_n_out = r.kind_arity()
-  n_ins, n_outs = kind_n_in[kind_ids], kind_n_out[kind_ids]
-  in_ends, out_ends = np.cumsum(n_ins), np.cumsum(n_outs)  # per equation
-  # Per jaxpr, where its part of the inputs (outputs) begins; then the end.
-  in_starts = np.concatenate(([0], in_ends))[starts]
-  out_starts = np.concatenate(([0], out_ends))[starts]
+  def __init__(self, r, starts, kind_ids):
+    self.r, self.starts, self.kind_ids = r, starts, kind_ids
+
+  def at(self, e: int) -> str:
+    j = int(np.searchsorted(self.starts, e, side="right")) - 1
+    return f"jaxpr {j}: equation {e - int(self.starts[j])}"
+
+  def named(self, e: int) -> str:
+    return f"{self.at(e)} ({_name(self.r, int(self.kind_ids[e]))})"
+
+
+class _Spans(NamedTuple):
+  """Where each equation's and each jaxpr's inputs and outputs lie in the
+  concatenated columns (see `prepare`)."""
+  n_ins: Any
+  in_ends: Any
+  in_starts: Any
+  out_starts: Any
+  n_bound: Any
+  jaxpr_of: Any
+  first_out: Any
+
+
+def _check_parts(r, columns, outvars, in_starts, out_starts) -> None:
+  """Each jaxpr's input and output columns have the lengths its equations'
+  kinds take; every output's aval is in the table."""
   for field, part_starts in (("invars", in_starts), ("outvars", out_starts)):
     lengths = np.array([len(getattr(c, field)) for c in columns], np.int64)
     wrong = lengths != np.diff(part_starts)
@@ -233,10 +282,10 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
     raise FormatError(f"jaxpr {j}: an output's aval index {outvars[p]} is "
                       f"out of range (the table has {len(r.avals)} entries)")
 
-  # Every output variable, in binding order.
-  n_bound = np.array([len(env) for env in envs], np.int64)
-  jaxpr_of = np.repeat(np.arange(len(columns)), counts)  # per equation
-  first_out = out_ends - n_outs + (n_bound - out_starts[:-1])[jaxpr_of]
+
+def _output_vars(r, columns, outvars, out_starts):
+  """An object array of every equation's output variables, in binding
+  order: a `Var`, or a `DropVar` where the jaxpr's column drops it."""
   avals = _objects(r.avals)[outvars].tolist()
   var_array = np.fromiter(map(compat.Var, avals), object, len(avals))
   for j, cols in enumerate(columns):
@@ -249,63 +298,56 @@ def prepare(r, envs: list[list], columns: list[Columns]) -> Batch:
                         "of range, repeat or are not ascending")
     for p in (dropped.astype(np.int64) + out_starts[j]).tolist():
       var_array[p] = compat.DropVar(avals[p])
-  new_vars = var_array.tolist()
+  return var_array
 
-  # Inputs: variables bound before their equation, or literals. `table`
-  # holds each jaxpr's variables, then the literals.
+
+def _input_vars(r, envs, columns, refs, var_array, where: _Where,
+                spans: _Spans) -> list:
+  """Every equation's inputs, in order: variables bound before their
+  equation (and not dropped), or literals of the arrays table."""
+  # `parts` holds each jaxpr's variables, then the literals.
   parts, offsets, size = [], [], 0
   for j, env in enumerate(envs):
-    own = var_array[out_starts[j]:out_starts[j + 1]]
+    own = var_array[spans.out_starts[j]:spans.out_starts[j + 1]]
     parts += (_objects(env), own)
     offsets.append(size)
     size += len(env) + len(own)
-  ins: list[Any] = []
-  if len(refs):
-    bad = refs >= np.repeat(first_out, n_ins)
-    if bad.any():
-      e = _equation_of(_first(bad), in_ends)
-      raise FormatError(f"{named(e)}: variable {refs[_first(bad)]} is used "
-                        f"before it is bound (only {first_out[e]} are bound "
-                        "here)")
-    for j, cols in enumerate(columns):
-      if len(cols.dropped):
-        own = refs[in_starts[j]:in_starts[j + 1]]
-        bad = np.isin(own, cols.dropped.astype(np.int64) + n_bound[j])
-        if bad.any():
-          p = int(in_starts[j]) + _first(bad)
-          raise FormatError(f"{named(_equation_of(p, in_ends))}: variable "
-                            f"{refs[p]} is a dropped output and cannot be "
-                            "used")
-    index = refs.astype(np.int64) + np.repeat(
-        np.asarray(offsets, np.int64)[jaxpr_of], n_ins)
-    literal = refs < 0
-    if literal.any():
-      arrays = -1 - refs[literal].astype(np.int64)
-      if int(arrays.max()) >= len(r.msg.arrays):
-        p = _first(refs < -len(r.msg.arrays))
+  if not len(refs):
+    return []
+  bad = refs >= np.repeat(spans.first_out, spans.n_ins)
+  if bad.any():
+    e = _equation_of(_first(bad), spans.in_ends)
+    raise FormatError(f"{where.named(e)}: variable {refs[_first(bad)]} is "
+                      f"used before it is bound (only {spans.first_out[e]} "
+                      "are bound here)")
+  for j, cols in enumerate(columns):
+    if len(cols.dropped):
+      own = refs[spans.in_starts[j]:spans.in_starts[j + 1]]
+      bad = np.isin(own, cols.dropped.astype(np.int64) + spans.n_bound[j])
+      if bad.any():
+        p = int(spans.in_starts[j]) + _first(bad)
         raise FormatError(
-            f"{named(_equation_of(p, in_ends))}: literal reference "
-            f"{refs[p]} is out of range (array index {-1 - int(refs[p])}; "
-            f"the arrays table has {len(r.msg.arrays)} entries)")
-      used_arrays = np.flatnonzero(np.bincount(arrays))
-      position = np.zeros(int(used_arrays[-1]) + 1, np.int64)
-      position[used_arrays] = np.arange(size, size + len(used_arrays))
-      parts.append(_objects([r.literal(a) for a in used_arrays.tolist()]))
-      index[literal] = position[arrays]
-    # Gathering from an object array is several times faster than indexing
-    # a list with Python ints (which `tolist` would first have to allocate).
-    ins = np.concatenate(parts)[index].tolist()
-
-  return Batch(
-      starts.tolist(), out_starts.tolist(), kind_ids, first_out, ins,
-      new_vars, _bounds(in_ends), _bounds(out_ends),
-      r.source_info_array()[name_stacks].tolist(),
-      # Most programs have one context: repeating it is cheaper.
-      (r.contexts * len(contexts) if len(r.contexts) == 1
-       else r.context_array()[contexts].tolist()),
-      _kinds_used(jaxpr_of, kind_ids, len(columns), len(r.kind_keys)),
-      np.full(len(r.kind_keys), None, object),
-      np.full(len(r.kind_keys), None, object))
+            f"{where.named(_equation_of(p, spans.in_ends))}: variable "
+            f"{refs[p]} is a dropped output and cannot be used")
+  index = refs.astype(np.int64) + np.repeat(
+      np.asarray(offsets, np.int64)[spans.jaxpr_of], spans.n_ins)
+  literal = refs < 0
+  if literal.any():
+    arrays = -1 - refs[literal].astype(np.int64)
+    if int(arrays.max()) >= len(r.msg.arrays):
+      p = _first(refs < -len(r.msg.arrays))
+      raise FormatError(
+          f"{where.named(_equation_of(p, spans.in_ends))}: literal reference "
+          f"{refs[p]} is out of range (array index {-1 - int(refs[p])}; "
+          f"the arrays table has {len(r.msg.arrays)} entries)")
+    used_arrays = np.flatnonzero(np.bincount(arrays))
+    position = np.zeros(int(used_arrays[-1]) + 1, np.int64)
+    position[used_arrays] = np.arange(size, size + len(used_arrays))
+    parts.append(_objects([r.literal(a) for a in used_arrays.tolist()]))
+    index[literal] = position[arrays]
+  # Gathering from an object array is several times faster than indexing
+  # a list with Python ints (which `tolist` would first have to allocate).
+  return np.concatenate(parts)[index].tolist()
 
 
 def _kinds_used(jaxpr_of, kind_ids, n_jaxprs: int, n_kinds: int):
@@ -516,66 +558,3 @@ def _name(reader, k) -> str:
   if primitive is None or primitive >= len(reader.strings):
     return "?"
   return reader.strings[primitive]
-
-
-# ------------------------------------------------ editing, for tools and tests
-def unpack(program_msg, jaxpr_msg) -> list:
-  """The equations of a version 3 jaxpr message as `Equation` messages (the
-  one-message-per-equation form of versions 1-2), for inspecting or editing
-  a file at the protobuf level; `pack` stores them back. Trusts its input:
-  run it only on files that load."""
-  m = jaxpr_msg.equations
-  kinds, refs, outs, stacks, contexts, dropped = (
-      np.frombuffer(getattr(m, f), dt).tolist() for f, dt in (
-          ("kinds", _U32), ("invars", _I32), ("outvars", _U32),
-          ("name_stacks", _U32), ("contexts", _U32), ("dropped", _U32)))
-  effects = {e.equation: e.effects for e in m.effects}
-  dropped_set = set(dropped)
-  eqns, ip, op = [], 0, 0
-  for i, (k, stack, ctx) in enumerate(zip(kinds, stacks, contexts)):
-    kind = program_msg.equation_kinds[k]
-    e = pb.Equation(primitive=kind.primitive, param_set=kind.param_set,
-                    name_stack=stack, ctx=ctx)
-    e.invars.extend(refs[ip:ip + kind.num_invars])
-    e.outvars.extend(outs[op:op + kind.num_outvars])
-    e.dropped.extend(p for p in range(kind.num_outvars)
-                     if op + p in dropped_set)
-    if i in effects:
-      e.effects.extend(effects[i])
-    ip += kind.num_invars
-    op += kind.num_outvars
-    eqns.append(e)
-  return eqns
-
-
-def pack(program_msg, jaxpr_msg, eqns) -> None:
-  """Stores `Equation` messages as the columns of `jaxpr_msg`, adding the
-  kinds they need to `program_msg.equation_kinds` (the inverse of
-  `unpack`). Values are stored as given, unchecked, so that tests can build
-  malformed files."""
-  index = {(k.primitive, k.param_set, k.num_invars, k.num_outvars): i
-           for i, k in enumerate(program_msg.equation_kinds)}
-  kinds, refs, outs, stacks, contexts, dropped = [], [], [], [], [], []
-  m = jaxpr_msg.equations
-  del m.effects[:]
-  for i, e in enumerate(eqns):
-    key = (e.primitive, e.param_set, len(e.invars), len(e.outvars))
-    if key not in index:
-      index[key] = len(program_msg.equation_kinds)
-      program_msg.equation_kinds.add(primitive=key[0], param_set=key[1],
-                                     num_invars=key[2], num_outvars=key[3])
-    kinds.append(index[key])
-    dropped += [len(outs) + p for p in e.dropped]
-    refs += e.invars
-    outs += e.outvars
-    stacks.append(e.name_stack)
-    contexts.append(e.ctx)
-    if e.effects:
-      m.effects.add(equation=i).effects.extend(e.effects)
-  del jaxpr_msg.eqns[:]
-  for field, values, dtype in (("kinds", kinds, _U32), ("invars", refs, _I32),
-                               ("outvars", outs, _U32),
-                               ("name_stacks", stacks, _U32),
-                               ("contexts", contexts, _U32),
-                               ("dropped", dropped, _U32)):
-    setattr(m, field, np.asarray(values, dtype).tobytes())

@@ -32,6 +32,8 @@ from google.protobuf.message import DecodeError
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
+from jaxpr_io import families
+from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.format import container
 from jaxpr_io.read import equations
 from jaxpr_io.families.hijax import mutable as hi_mutable
@@ -45,17 +47,14 @@ from jaxpr_io.pytree import read as tree_read
 from jaxpr_io.safety import trust
 from jaxpr_io.safety import validate
 from jaxpr_io.codec import vocabulary
+from jaxpr_io.safety import limits
 from jaxpr_io.errors import FormatError
-from jaxpr_io.write.writer import MAX_JAXPR_DEPTH
 
 _SIZE_CAP = 1 << 62
-# Resource limits of an untrusted load: building the program may take at most
-# MEMORY_FACTOR times the file's size plus FIXED_OVERHEAD bytes. The reader
-# charges, before it builds them, what the objects of each table and jaxpr
-# cost in Python (measured on jax 0.10 and 0.12, CPython 3.11-3.12; a real
-# program costs about 16x its file size, a file of tiny equations 60x).
-MEMORY_FACTOR = 16
-FIXED_OVERHEAD = 64 << 20
+MAX_JAXPR_DEPTH = limits.MAX_JAXPR_DEPTH
+# The budget of an untrusted load (jaxpr_io/safety/limits.py).
+MEMORY_FACTOR = limits.MEMORY_FACTOR
+FIXED_OVERHEAD = limits.FIXED_OVERHEAD
 _EQN_COST = 520       # JaxprEqn, its in/out lists, its params dict
 _VAR_COST = 100       # Var (or Literal) and its list slot
 _AVAL_COST = 300      # ShapedArray with its shape tuple
@@ -375,7 +374,7 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     """The effect of message `m`; an input effect may name the first
     `bound` variables of `env` (all of them by default)."""
     name = self.string(m.name)
-    singleton = compat.SINGLETON_EFFECTS.get(name)
+    singleton = compat_tables.SINGLETON_EFFECTS.get(name)
     if singleton is not None:
       return singleton
     payload = (params.decode_value(self, m.payload)
@@ -383,6 +382,8 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     if name == "jax.NamedAxisEffect":
       return compat.NamedAxisEffect(payload)
     codec = registry.EFFECTS.by_name.get(name)
+    if codec is None and registry.load_more():
+      codec = registry.EFFECTS.by_name.get(name)
     if codec is not None:
       return codec.decode(payload)
     cls = compat.INPUT_EFFECTS.get(name)
@@ -504,6 +505,7 @@ def read(data_container: container.Container, *, verify_blobs: bool,
 def _read(data_container: container.Container, *, verify_blobs: bool,
           trusted: bool):
   source = data_container.source
+  families.load_core()  # the rest load if the file names them
   msg = parse_program(data_container.program, source)
   if msg.format_version != data_container.format_version:
     raise FormatError(

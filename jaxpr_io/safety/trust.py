@@ -36,6 +36,8 @@ import warnings
 from typing import Any, Callable
 
 from jaxpr_io.codec import registry
+from jaxpr_io.format import dim_grammar
+from jaxpr_io.safety import limits
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 
@@ -330,6 +332,7 @@ def _screen_debug_print(name: str, params: dict, screen: Screen) -> dict:
 def _screen_pallas_call(name: str, params: dict, screen: Screen) -> dict:
   if screen.trusted:
     return params
+  # lazy: import time (the Pallas family imports JAX's Pallas).
   from jaxpr_io.families.pallas import core as pallas  # pylint: disable=g-import-not-at-top
   return pallas.compiler_params_screen(
       params, lambda param: screen.drop(name, param))
@@ -341,6 +344,7 @@ def _screen_check(name: str, params: dict, screen: Screen) -> dict:
   del name
   if screen.trusted:
     return params
+  # lazy: import time (the checkify family imports JAX's checkify).
   from jaxpr_io.families import checkify as checks  # pylint: disable=g-import-not-at-top
   for fmt, payload_tree in checks.failed_check_formats(params["err_tree"]):
     check_format_string(fmt)
@@ -502,22 +506,16 @@ POLICIES: tuple[Policy, ...] = (
 def policy_table() -> str:
   """The README's trust-model table, from `POLICIES` and the limits the
   modules that enforce them define."""
-  # Imported here: those modules import this one.
-  from jaxpr_io.format import dim_grammar
-  from jaxpr_io.codec import params
-  from jaxpr_io.read import reader
-  from jaxpr_io.pytree import nodes as tree_nodes
-  from jaxpr_io.write import writer
-  limits = dict(
+  values = dict(
       max_exponent=dim_grammar.MAX_EXPONENT,
       max_parens=dim_grammar.MAX_NESTING,
       max_dim_length=dim_grammar.MAX_LENGTH,
-      jaxpr_depth=writer.MAX_JAXPR_DEPTH, value_depth=params.MAX_VALUE_DEPTH,
-      tree_depth=tree_nodes.MAX_DEPTH, memory_factor=reader.MEMORY_FACTOR,
-      fixed_mib=reader.FIXED_OVERHEAD >> 20, max_width=MAX_FORMAT_WIDTH,
+      jaxpr_depth=limits.MAX_JAXPR_DEPTH, value_depth=limits.MAX_VALUE_DEPTH,
+      tree_depth=limits.MAX_TREE_DEPTH, memory_factor=limits.MEMORY_FACTOR,
+      fixed_mib=limits.FIXED_OVERHEAD >> 20, max_width=MAX_FORMAT_WIDTH,
       max_precision=MAX_FORMAT_PRECISION, max_rnn_size=MAX_RNN_SIZE)
   rows = ["| what the file holds | action | untrusted (default) | "
           "`trusted=True` |", "| --- | --- | --- | --- |"]
-  rows += [f"| {p.what} | {p.action} | {p.handling.format(**limits)} | "
+  rows += [f"| {p.what} | {p.action} | {p.handling.format(**values)} | "
            f"{p.trusted} |" for p in POLICIES]
   return "\n".join(rows) + "\n"

@@ -18,6 +18,7 @@ import string
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.compat import callbacks as compat_callbacks
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.errors import FormatError
@@ -250,8 +251,8 @@ ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
 # type there aborts the process at lowering or compilation (an int where a
 # `Precision` belongs is "LLVM ERROR: Invalid value"). Keyed by param name,
 # whatever the primitive: the meaning is the same wherever they appear.
-_PRECISION = compat.ENUMS["jax.lax.Precision"]
-_DOT_ALGORITHM_PRESET = compat.ENUMS["jax.lax.DotAlgorithmPreset"]
+_PRECISION = compat_tables.ENUMS["jax.lax.Precision"]
+_DOT_ALGORITHM_PRESET = compat_tables.ENUMS["jax.lax.DotAlgorithmPreset"]
 
 
 def _precision(value) -> bool:

@@ -206,6 +206,7 @@ _BOUND_ARG = re.compile(r"^bind (args\[(\d+)\]|kwargs\['([^']*)'\])")
 
 def bind(prog, binds):
   """`prog.bind` with the arrays of each --bind SOURCE."""
+  # lazy: import time (--bind reads Orbax checkpoints and .npz files).
   from jaxpr_io.api import bind_sources  # pylint: disable=g-import-not-at-top
   positional, keyword = [], {}
   for key, source, _ in sorted(binds, key=lambda b: (
@@ -280,6 +281,7 @@ def _main(argv: Sequence[str]) -> int:
     if out_dir and not os.path.isdir(out_dir):
       raise CliError(f"cannot write {out}: no such directory {out_dir}")
   if args.html:
+    # lazy: import time (only --html writes a page).
     from jaxpr_io.tools import html  # pylint: disable=g-import-not-at-top
     with stage(PROG, f"writing the viewer page {args.html}"):
       size = html.write_page(args.file, args.html)
@@ -310,6 +312,7 @@ def _main(argv: Sequence[str]) -> int:
     run(prog, args.run, args.out)
     acted = True
   if args.to_exported or args.to_saved_model:
+    # lazy: import time (the converters import jax.export and TensorFlow).
     from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
     if args.to_exported:
       with stage(PROG, f"exporting StableHLO to {args.to_exported}"):

@@ -12,134 +12,44 @@ from __future__ import annotations
 
 import struct
 import threading
-import zlib
 from typing import Any
 
 import numpy as np
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
+from jaxpr_io import families
+from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.format import container
+from jaxpr_io.write import arrays
+from jaxpr_io.write import avals
+from jaxpr_io.write import jaxprs
+from jaxpr_io.format import crc
 from jaxpr_io.compat import symbolic
 from jaxpr_io.format import dtypes
-from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.families.libraries import table as libraries
 from jaxpr_io.families.libraries import codecs as library_codecs
-from jaxpr_io.families.pallas import core as pallas
+from jaxpr_io.families.pallas import refs as pallas_refs
 from jaxpr_io.codec import params
 from jaxpr_io.pytree import codec as pytrees  # noqa: F401  (registers the treedef param codecs)
 from jaxpr_io.codec import registry
 from jaxpr_io.pytree import write as tree_write
 from jaxpr_io.format import version
 from jaxpr_io.codec import vocabulary
+from jaxpr_io.safety import limits
 from jaxpr_io.errors import UnsupportedError
 
 _DOUBLE = struct.Struct("<d")
 # Arrays of at most this many bytes are stored inside the message.
 INLINE_LIMIT = 64
-# Sub-jaxprs nest at most this deep, in files written and read. JAX prints,
-# lowers and differentiates recursively: at 40 levels of nested scans every
-# operation still works on both ends of the supported releases, at 48 lowering
-# runs out of Python stack. 32 leaves room for the caller's own nesting
-# (tests/hostile/test_limits.py checks each kind of nesting at this depth).
-MAX_JAXPR_DEPTH = 32
-
-_KIND = pb.HostKind
-_NUMPY_ARRAY = _KIND["NUMPY_ARRAY"]
-_NUMPY_SCALAR = _KIND["NUMPY_SCALAR"]
-_TYPED_NDARRAY = _KIND["TYPED_NDARRAY"]
-_TYPED_SCALAR = _KIND["TYPED_SCALAR"]
-_PYTHON_SCALAR = _KIND["PYTHON_SCALAR"]
-_JAX_ARRAY = _KIND["JAX_ARRAY"]
-
-_MEMORY_SPACES = {
-    compat.MemorySpace.Device: pb.MemorySpace["MEMORY_SPACE_DEVICE"],
-    compat.MemorySpace.Host: pb.MemorySpace["MEMORY_SPACE_HOST"],
-    compat.MemorySpace.Any: pb.MemorySpace["MEMORY_SPACE_ANY"],
-}
-_DEFAULT_SHARDINGS: dict[int, Any] = {}
-# Format version 7: a future's done primitive -> its stable name, and the
-# memory spaces of pinned linear values (what JAX's `pin` accepts).
-_FUTURE_DONE_NAMES = {prim: name for name, prim in compat.FUTURE_DONES.items()}
-_LIN_VAL_MEMORY_SPACES = {
-    None: pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_UNSPECIFIED"],
-    "hbm": pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_HBM"],
-    "vmem": pb.LinValMemorySpace["LIN_VAL_MEMORY_SPACE_VMEM"],
-}
-# JAX's typed scalars hold a Python value; that value is what is stored.
-_PYTHON_VALUE = {compat.TypedInt: int, compat.TypedFloat: float,
-                 compat.TypedComplex: complex}
+MAX_JAXPR_DEPTH = limits.MAX_JAXPR_DEPTH
 
 
-def _same(value):
-  return value
-
-
-def _host_kind(value) -> int:
-  """The `HostKind` of a literal's value."""
-  t = type(value)
-  if t in (compat.TypedInt, compat.TypedFloat, compat.TypedComplex):
-    return _TYPED_SCALAR
-  if t is compat.TypedNdArray:
-    return _TYPED_NDARRAY
-  if t in (bool, int, float, complex):
-    return _PYTHON_SCALAR
-  if t is np.ndarray:
-    return _NUMPY_ARRAY
-  if isinstance(value, np.generic):
-    return _NUMPY_SCALAR
-  if t in compat.jax_array_types():
-    return _JAX_ARRAY
-  raise UnsupportedError(
-      f"a literal of type {t.__module__}.{t.__qualname__} cannot be stored")
-
-
-def _array_bytes(value, aval) -> np.ndarray:
-  """C-ordered little-endian data of `value`, checked against `aval`."""
-  if compat.is_prng_key_dtype(aval.dtype):
-    impl = compat.key_impl_of(aval.dtype)
-    data = np.asarray(compat.key_data(value))
-    expected = tuple(aval.shape) + tuple(impl.key_shape)
-  else:
-    data = np.asarray(value)
-    if data.dtype != aval.dtype:
-      data = data.astype(aval.dtype)
-    expected = tuple(aval.shape)
-  if data.shape != expected:
-    raise UnsupportedError(
-        f"array value of shape {data.shape} does not match its type "
-        f"{aval.str_short()}")
-  if data.dtype.byteorder == ">":
-    data = data.astype(data.dtype.newbyteorder("<"))
-  return np.ascontiguousarray(data)
 
 
 # The checksum a blob's entry holds until the message is finished: any value
 # but 0 (which proto3 leaves out) gives the message its final length.
 _PLACEHOLDER_CRC = 0xFFFFFFFF
-# Blobs are told apart, before any is read whole, by their size and a hash of
-# their first, middle and last windows of this many bytes.
-_SAMPLE_BYTES = 4096
-
-
-def _sample_key(view: memoryview) -> int:
-  """A hash of a few 4 KiB windows of a blob (of all of it, if small)."""
-  n = view.nbytes
-  if n <= 3 * _SAMPLE_BYTES:
-    return zlib.crc32(view)
-  middle = (n - _SAMPLE_BYTES) // 2
-  value = zlib.crc32(view[:_SAMPLE_BYTES])
-  value = zlib.crc32(view[middle:middle + _SAMPLE_BYTES], value)
-  return zlib.crc32(view[n - _SAMPLE_BYTES:], value)
-
-
-def _same_bytes(a: memoryview, b: memoryview) -> bool:
-  """Whether two byte buffers of one length are equal: numpy compares 16 MiB
-  at a time (memoryview's == compares item by item, several times slower)."""
-  x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
-  step = 1 << 24
-  return all(np.array_equal(x[i:i + step], y[i:i + step])
-             for i in range(0, len(x), step))
 
 
 class _EquationInputs(threading.local):
@@ -163,6 +73,8 @@ class Writer:
   """Builds one `Program` message and its data section."""
 
   def __init__(self):
+    # The families whose objects a program of this process can hold.
+    families.load_imported()
     # Values of the table's libraries (Equinox's sentinels) are records
     # once the library is imported, as it is where the program holds them.
     library_codecs.register_imported()
@@ -228,13 +140,13 @@ class Writer:
       # and collective flag): refs that differ only there are distinct avals.
       # Likewise a future's equality leaves out its done function.
       t = type(aval)
-      key = ((aval, pallas.stored_ref_kind(aval)) if pallas.is_ref_class(t)
+      key = ((aval, pallas_refs.stored_ref_kind(aval)) if pallas_refs.is_ref_class(t)
              else (aval, compat.ADAPTER.future_done(aval))
              if t is compat.AbstractFuture else aval)
       index = self._avals.get(key)
       if index is None:
         message = pb.Aval()
-        self._encode_aval(aval, message)
+        avals.encode_aval(self, aval, message)
         index = self._avals[key] = len(self.msg.avals)
         self.msg.avals.append(message)
       self._aval_ids[id(aval)] = index
@@ -318,116 +230,6 @@ class Writer:
     self._param_sets[key] = index
     return index
 
-  def _encode_aval(self, aval, out) -> None:
-    t = type(aval)
-    if t is compat.AbstractToken:
-      out.token.SetInParent()
-      return
-    if pallas.is_ref_class(t):
-      if pallas.ref_class(aval.memory_space) is not t:
-        raise UnsupportedError(
-            f"a ref of type {t.__name__} in memory space "
-            f"{aval.memory_space!r:.60} cannot be stored: the format reads "
-            f"every ref in that memory space as a "
-            f"{pallas.ref_class(aval.memory_space).__name__}")
-      inner = aval.inner_aval
-      if type(inner) is not compat.ShapedArray:
-        raise UnsupportedError(f"a ref to a value of type {inner} cannot be "
-                               "stored (refs to arrays can)")
-      ref = out.ref
-      ref.inner_aval = self.aval(inner)  # interned first: a smaller index
-      if aval.memory_space is not None:
-        params.encode_value(self, aval.memory_space, ref.memory_space)
-      kind = pallas.stored_ref_kind(aval)
-      if kind is not None:
-        params.encode_value(self, kind, ref.kind)
-      return
-    if t is compat.AbstractFuture:
-      self._encode_future(aval, out.future)
-      return
-    if t is compat.AbstractLinVal:
-      self._encode_lin_val(aval, out.lin_val)
-      return
-    if hi_mutable.is_hi_mutable(aval):
-      hi_mutable.encode_aval(aval, out)
-      return
-    if t is not compat.ShapedArray:
-      raise UnsupportedError(
-          f"abstract value {aval} of type {t.__name__} cannot be stored "
-          "(ShapedArray, AbstractRef, AbstractFuture, AbstractLinVal, "
-          "AbstractToken and JAX 0.10's BoxTy and LogTy can)")
-    sa = out.shaped_array
-    if all(type(d) is int for d in aval.shape):
-      sa.sizes.extend(aval.shape)
-    else:
-      for d in aval.shape:
-        if type(d) is int:
-          sa.shape.add().size = d
-        else:
-          sa.shape.add().expr = self.dim_expr(d)
-    dtypes.encode_dtype(aval.dtype, sa.dtype, self.string,
-                        lambda value, field: params.encode_value(self, value,
-                                                                 field))
-    sa.weak_type = aval.weak_type
-    if aval.sharding != self._default_sharding(len(aval.shape)):
-      params.encode_value(self, aval.sharding, sa.sharding)
-    if not aval.manual_axis_type.empty:
-      params.encode_value(self, aval.manual_axis_type, sa.manual_axis_type)
-    memory_space = _MEMORY_SPACES.get(aval.memory_space)
-    if memory_space is not None:
-      sa.memory_space = memory_space
-    elif type(aval.memory_space) in registry.ENUMS.by_key:
-      # A kernel's memory space (pl.with_memory_space_constraint).
-      params.encode_value(self, aval.memory_space, sa.kernel_memory_space)
-    else:
-      raise UnsupportedError(
-          f"an array in memory space {aval.memory_space!r:.60} cannot be "
-          "stored: it is neither one of JAX's memory spaces nor a member of "
-          "an enum registered with jaxpr_io.register_enum")
-    layout = compat.aval_layout(aval)
-    if layout is not None:
-      # Format version 7: `ShapedArray.layout` (JAX 0.11+; set by relayout).
-      if type(layout) is not compat.Layout:
-        raise UnsupportedError(
-            f"a value of type {aval.str_short()} with layout {layout!r:.80} "
-            f"of type {type(layout).__name__} cannot be stored (a "
-            "jax.experimental.layout.Layout can)")
-      params.encode_value(self, layout, sa.layout)
-
-  def _inner_aval(self, aval, what: str) -> int:
-    """Aval index of a future's or linear value's array type."""
-    inner = aval.inner_aval
-    if type(inner) is not compat.ShapedArray:
-      raise UnsupportedError(f"{what} of a value of type {inner} cannot be "
-                             "stored (of arrays can)")
-    return self.aval(inner)  # interned first: a smaller index
-
-  def _encode_future(self, aval, out) -> None:
-    # Format version 7.
-    out.inner_aval = self._inner_aval(aval, "a future")
-    done = compat.ADAPTER.future_done(aval)
-    if done is not None:
-      name = (_FUTURE_DONE_NAMES.get(done)
-              if type(done) is compat.Primitive else None)
-      if name is None:
-        raise UnsupportedError(
-            f"a future resolved by {done!r:.80} cannot be stored: the "
-            "format stores futures that one of JAX's own *_done primitives "
-            f"resolves ({', '.join(compat.FUTURE_DONES)})")
-      out.done = self.string(name) + 1
-
-  def _encode_lin_val(self, aval, out) -> None:
-    # Format version 7.
-    out.inner_aval = self._inner_aval(aval, "a pinned linear value")
-    space = (_LIN_VAL_MEMORY_SPACES.get(aval.memory_space)
-             if aval.memory_space is None or type(aval.memory_space) is str
-             else None)
-    if space is None:
-      raise UnsupportedError(
-          f"a pinned linear value in memory space {aval.memory_space!r:.60} "
-          "cannot be stored (None, 'hbm' and 'vmem' can: what JAX lowers)")
-    out.memory_space = space
-
   def dim_expr(self, d) -> int:
     """String index of a symbolic dimension; all must share one scope."""
     if type(d) is not symbolic.DimExpr:
@@ -443,22 +245,14 @@ class Writer:
           "with one jax.export.symbolic_shape call or a shared `scope=`")
     return self.string(str(d))
 
-  @staticmethod
-  def _default_sharding(ndim: int):
-    sharding = _DEFAULT_SHARDINGS.get(ndim)
-    if sharding is None:
-      sharding = _DEFAULT_SHARDINGS[ndim] = compat.ShapedArray(
-          (1,) * ndim, np.float32).sharding
-    return sharding
-
   def array(self, value, kind: int, aval=None) -> int:
     """Index of `value` in the arrays table (dedup by content)."""
     if aval is None:
       aval = compat.ShapedArray(np.shape(value), np.result_type(value))
     aval_index = self.aval(aval)
-    if kind in (_TYPED_SCALAR, _PYTHON_SCALAR):
+    if kind in (arrays.TYPED_SCALAR, arrays.PYTHON_SCALAR):
       scalar = pb.Value()
-      params.encode_value(self, _PYTHON_VALUE.get(type(value), _same)(value),
+      params.encode_value(self, arrays.PYTHON_VALUE.get(type(value), arrays.same)(value),
                           scalar)
       key = (aval_index, kind, scalar.SerializeToString())
       index = self._arrays.get(key)
@@ -467,7 +261,7 @@ class Writer:
         message = self.msg.arrays.add(aval=aval_index, kind=kind)
         message.python_value.CopyFrom(scalar)
       return index
-    data = _array_bytes(value, aval)
+    data = arrays.array_bytes(value, aval)
     if data.nbytes <= INLINE_LIMIT:
       raw = data.tobytes()
       key = (aval_index, kind, raw)
@@ -502,14 +296,14 @@ class Writer:
     # blobs that differ only outside the windows are not compared pairwise),
     # and compared with those whose checksum is its own. Other blobs are
     # checksummed when the file is written (`container.PendingProgram`).
-    candidates = self._blobs.setdefault((data.nbytes, _sample_key(view)), [])
+    candidates = self._blobs.setdefault((data.nbytes, arrays.sample_key(view)), [])
     checksum = None
     if candidates:
-      # Large buffers are checksummed by several threads (container.crc32).
-      checksum = container.crc32(view)
+      # Large buffers are checksummed by several threads (jaxpr_io/format/crc.py).
+      checksum = crc.crc32(view)
       for index in candidates:
         if (self._blob_crc(index) == checksum
-            and _same_bytes(self._blob_data[index], view)):
+            and arrays.same_bytes(self._blob_data[index], view)):
           return index  # (`data` may be a temporary: its address is not kept)
     index = len(self.msg.blobs)
     offset = self.layout.add(view, checksum)  # blob i is the layout's chunk i
@@ -523,7 +317,7 @@ class Writer:
   def _blob_crc(self, index: int) -> int:
     known = self.layout.known_crcs
     if known[index] is None:
-      known[index] = container.crc32(self._blob_data[index])
+      known[index] = crc.crc32(self._blob_data[index])
     return known[index]
 
   def eqn_context(self, ctx) -> int:
@@ -592,7 +386,7 @@ class Writer:
       for i, (var, const) in enumerate(zip(closed.jaxpr.constvars,
                                            closed.consts)):
         try:
-          message.consts.append(self.array(const, _TYPED_NDARRAY, var.aval))
+          message.consts.append(self.array(const, arrays.TYPED_NDARRAY, var.aval))
         except UnsupportedError as e:
           raise UnsupportedError(f"constant {i}: {e}") from None
       self._keepalive.append(closed)
@@ -608,7 +402,7 @@ class Writer:
             f"jaxprs nest deeper than {MAX_JAXPR_DEPTH} levels")
       self._depth += 1
       try:
-        message = _JaxprEncoder(self, jaxpr).encode()
+        message = jaxprs.JaxprEncoder(self, jaxpr).encode()
       finally:
         self._depth -= 1
       self._keepalive.append(jaxpr)
@@ -640,172 +434,13 @@ class Writer:
           symbolic.scope_constraints(self._scope))
 
 
-class _JaxprEncoder:
-  """Encodes one jaxpr: numbers its binders and encodes its equations."""
-
-  def __init__(self, writer: Writer, jaxpr):
-    self.w = writer
-    self.jaxpr = jaxpr
-    self.env: dict[Any, int] = {}
-    # (number, variable) of the variables with quasi-dynamic data (JAX
-    # 0.10's boxes and logs: jaxpr_io/families/hijax/mutable.py), in binding order.
-    self.qdd_vars: list[tuple[int, Any]] = []
-
-  def bind(self, var) -> None:
-    if var in self.env:
-      raise UnsupportedError("a variable is bound twice; the jaxpr is "
-                             "malformed")
-    if compat.var_has_qdd(var):
-      self.qdd_vars.append((len(self.env), var))
-    self.env[var] = len(self.env)
-
-  def atom(self, atom) -> int:
-    if type(atom) is compat.Literal:
-      return -1 - self.w.array(atom.val, _host_kind(atom.val), atom.aval)
-    number = self.env.get(atom)
-    if number is None or type(atom) is compat.DropVar:
-      raise UnsupportedError(
-          "a variable is used before it is bound; the jaxpr is malformed "
-          "(check it with jax.core.check_jaxpr)")
-    return number
-
-  def effect(self, effect) -> tuple[str, Any]:
-    """(registered name, payload or None) of an effect."""
-    name = _SINGLETON_EFFECT_NAMES.get(id(effect))
-    if name is not None:
-      return name, None
-    t = type(effect)
-    if t is compat.NamedAxisEffect:
-      return "jax.NamedAxisEffect", effect.name
-    name = registry.EFFECTS.by_key.get(t)
-    if name is not None:
-      return name, registry.EFFECTS.by_name[name].encode(effect)
-    name = _INPUT_EFFECT_NAMES.get(t)
-    if name is not None:
-      if isinstance(effect.input, int):
-        return name, ("position", effect.input)
-      return name, ("var", self.atom(effect.input))
-    raise UnsupportedError(
-        f"effect {effect!r} of type {t.__name__} cannot be stored")
-
-  def effects(self, effects, out) -> None:
-    # Effects are sets: store them in an order that does not depend on the
-    # process (hash seeds), so the bytes are deterministic.
-    parts = sorted((self.effect(e) for e in effects),
-                   key=lambda p: (p[0], params.canonical_key(p[1])))
-    for name, payload in parts:
-      message = out.add(name=self.w.string(name))
-      if payload is not None:
-        params.encode_value(self.w, payload, message.payload)
-
-  def encode(self):
-    w, jaxpr = self.w, self.jaxpr
-    message = pb.Jaxpr()
-    for v in jaxpr.constvars:
-      self.bind(v)
-      message.constvars.append(w.aval(v.aval))
-    for v in jaxpr.invars:
-      self.bind(v)
-      message.invars.append(w.aval(v.aval))
-    columns = _Columns(message.equations)
-    for i, eqn in enumerate(jaxpr.eqns):
-      try:
-        self.equation(i, eqn, columns)
-      except UnsupportedError as e:
-        # Errors from nested jaxprs pass here at every level, which builds
-        # the path: "equation 3 (jit), param 'jaxpr': equation 0 (...), ...".
-        raise UnsupportedError(
-            f"equation {i} ({eqn.primitive.name}), {e}") from None
-    columns.pack()
-    if self.qdd_vars:
-      hi_mutable.encode_qdds(w, self.qdd_vars, message.qdds)
-    message.outvars.extend(self.atom(a) for a in jaxpr.outvars)
-    self.effects(jaxpr.effects, message.effects)
-    self.debug_info(jaxpr.debug_info, message.debug_info)
-    message.is_high = jaxpr.is_high
-    return message
-
-  def equation(self, i: int, eqn, columns: "_Columns") -> None:
-    w, env = self.w, self.env
-    # The equation in the format's vocabulary (jaxpr_io/codec/vocabulary.py).
-    name, eqn_params = compat.ADAPTER.to_format(w.primitive(eqn.primitive),
-                                                eqn.params)
-    for a in eqn.invars:
-      number = env.get(a) if type(a) is compat.Var else None
-      columns.invars.append(self.atom(a) if number is None else number)
-    outvars = columns.outvars
-    for v in eqn.outvars:
-      if type(v) is compat.DropVar:
-        columns.dropped.append(len(outvars))
-        env[object()] = len(env)  # numbers a slot nobody can use
-      else:
-        self.bind(v)
-      outvars.append(w.aval(v.aval))
-    in_avals = (tuple([a.aval for a in eqn.invars])
-                if name in registry.INPUT_TYPED_PRIMITIVES else None)
-    columns.kinds.append(w.equation_kind(
-        name, w.param_set(name, eqn_params, in_avals), len(eqn.invars),
-        len(eqn.outvars)))
-    if eqn.effects:
-      self.effects(eqn.effects, columns.effects.add(equation=i).effects)
-    columns.contexts.append(w.eqn_context(eqn.ctx))
-    columns.name_stacks.append(w.name_stack(eqn.source_info.name_stack))
-
-  def debug_info(self, info, out) -> None:
-    w = self.w
-    out.traced_for = w.string(info.traced_for)
-    out.func_src_info = w.string(info.func_src_info)
-    if info.arg_names is not None:
-      out.has_arg_names = True
-      out.arg_names.extend(w.string(n) for n in info.arg_names)
-    paths = info.result_paths
-    if paths is not None:
-      if not isinstance(paths, tuple):
-        paths = tuple(paths())
-      out.has_result_paths = True
-      out.result_paths.extend(w.string(p) for p in paths)
-
-
-class _Columns:
-  """The `Equations` message `out` of one jaxpr: its columns are gathered
-  as Python lists and packed at the end; effects go to `out` directly."""
-
-  def __init__(self, out):
-    self.out = out
-    self.kinds: list[int] = []
-    self.invars: list[int] = []
-    self.outvars: list[int] = []
-    self.name_stacks: list[int] = []
-    self.contexts: list[int] = []
-    self.dropped: list[int] = []
-    self.effects = out.effects
-
-  def pack(self) -> None:
-    """Writes the gathered columns into `out`."""
-    out, refs = self.out, self.invars
-    if refs and not _INT32_MIN <= min(refs) <= max(refs) <= _INT32_MAX:
-      raise UnsupportedError(
-          "a jaxpr refers to more than 2**31 variables or arrays, more than "
-          "the format's int32 references hold")
-    out.kinds = np.asarray(self.kinds, "<u4").tobytes()
-    out.invars = np.asarray(refs, "<i4").tobytes()
-    out.outvars = np.asarray(self.outvars, "<u4").tobytes()
-    out.name_stacks = np.asarray(self.name_stacks, "<u4").tobytes()
-    out.contexts = np.asarray(self.contexts, "<u4").tobytes()
-    out.dropped = np.asarray(self.dropped, "<u4").tobytes()
-
-
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-
 _NAME_ENTRY_KINDS = {compat.NameScope: pb.NameStackKind["SCOPE"],
                      compat.NameTransform: pb.NameStackKind["TRANSFORM"]}
-_SINGLETON_EFFECT_NAMES = {id(e): n for n, e in compat.SINGLETON_EFFECTS.items()}
 
 # Param values whose equality is their value; everything else (jaxprs,
 # arrays, records, ...) is compared by identity, which is always safe.
 _VALUE_KEYED = frozenset({bool, int, str, type(None), *(
-    type(d) for d in dtypes.DTYPE_TO_ENUM), *compat.ENUMS.values()})
-_TUPLE_KEYED = frozenset({tuple, *compat.NAMED_TUPLES.values()})
+    type(d) for d in dtypes.DTYPE_TO_ENUM), *compat_tables.ENUMS.values()})
 _NUMPY_SCALARS = frozenset(d.type for d in dtypes.DTYPE_TO_ENUM)
 
 
@@ -820,7 +455,7 @@ def _value_key(v):
     return (t, _DOUBLE.pack(v))  # bit-exact: -0.0 and NaN payloads differ
   if t is symbolic.DimExpr:
     return (t, str(v))  # one scope per program: the text identifies it
-  if t in _TUPLE_KEYED:
+  if t is tuple or t in registry.VALUE_KEYED_TUPLES:
     return (t, tuple([_value_key(x) for x in v]))
   if t is np.ndarray or t in _NUMPY_SCALARS:
     # By content: the arrays table stores equal arrays once, so after a
@@ -828,7 +463,6 @@ def _value_key(v):
     # param sets that were distinct, and re-dumping would change the bytes.
     return (t, v.dtype, v.shape, v.tobytes())
   return (t, id(v))
-_INPUT_EFFECT_NAMES = {cls: n for n, cls in compat.INPUT_EFFECTS.items()}
 
 
 class PendingMessage(container.PendingProgram):
@@ -845,23 +479,23 @@ class PendingMessage(container.PendingProgram):
       for blob in blobs:
         blob.crc32 = _PLACEHOLDER_CRC
       self._length = self._msg.ByteSize()
-      for blob, crc in zip(blobs, real):
-        blob.crc32 = crc
+      for blob, value in zip(blobs, real):
+        blob.crc32 = value
     return self._length
 
   def finish(self, crcs: list[int]) -> bytes:
     blobs = self._msg.blobs
     if len(crcs) != len(blobs):
       raise ValueError(f"{len(crcs)} checksums for {len(blobs)} blobs")
-    for blob, crc in zip(blobs, crcs):
-      blob.crc32 = crc
+    for blob, value in zip(blobs, crcs):
+      blob.crc32 = value
     return self._msg.SerializeToString(deterministic=True)
 
 
 def write_pending(closed, in_tree, out_tree, metadata: dict[str, str]):
   """(program message, data layout) of a closed jaxpr; the message is a
   `container.PendingProgram`, to be finished with the layout's checksums
-  (`container.to_bytes` and `container.write_file` do)."""
+  (`container.to_bytes` and `files.write_file` do)."""
   if not compat.is_closed_jaxpr(closed):
     raise UnsupportedError(
         f"expected a jax ClosedJaxpr, got {type(closed).__name__}")

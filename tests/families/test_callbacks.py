@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from jax.experimental import io_callback
 
 import jaxpr_io
+from jaxpr_io.compat import tables as compat_tables
 import jaxpr_io.families.callbacks as callbacks
 from jaxpr_io import FormatError, UnsupportedError, compat
 from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,
@@ -211,7 +212,7 @@ def test_io_callback_ordered_registered():
 
 
 @pytest.mark.skipif(
-    "jax.io_callback.unordered" not in compat.SINGLETON_EFFECTS,
+    "jax.io_callback.unordered" not in compat_tables.SINGLETON_EFFECTS,
     reason="jaxpr_io.compat does not find JAX's unordered IO effect "
            "(jax._src.callback._IOEffect)")
 def test_io_callback_unordered_registered():

@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 import jaxpr_io
 from jaxpr_io import compat
 from jaxpr_io import converters
-from jaxpr_io.codec import records
+from jaxpr_io.codec import mesh_records
 from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
 
@@ -286,21 +286,21 @@ def test_unreduced_max_and_min_keep_their_kind(explicit_mesh, kind, reduce,
 def test_unreduced_kind_field_is_checked():
   spec = (("i", None), frozenset({"j"}), frozenset())
   with pytest.raises(jaxpr_io.FormatError, match="not a string"):
-    records.decode_partition_spec((*spec, 3))
+    mesh_records.decode_partition_spec((*spec, 3))
   if not _HAS_UNREDUCED_KIND:
     with pytest.raises(jaxpr_io.UnsupportedError, match="JAX 0.12"):
-      records.decode_partition_spec((*spec, "max"))
+      mesh_records.decode_partition_spec((*spec, "max"))
     return
-  decoded = records.decode_partition_spec((*spec, "max"))
+  decoded = mesh_records.decode_partition_spec((*spec, "max"))
   assert decoded.unreduced_kind is compat.UnreducedKind.max
-  assert records.encode_partition_spec(decoded) == (*spec, "max")
+  assert mesh_records.encode_partition_spec(decoded) == (*spec, "max")
   # Sum, the default, is stored by leaving the field out.
-  assert len(records.encode_partition_spec(P("i", unreduced={"j"}))) == 3
+  assert len(mesh_records.encode_partition_spec(P("i", unreduced={"j"}))) == 3
   for bad in ("sum", "mean"):
     with pytest.raises(jaxpr_io.FormatError, match="unreduced_kind"):
-      records.decode_partition_spec((*spec, bad))
+      mesh_records.decode_partition_spec((*spec, bad))
   with pytest.raises(jaxpr_io.FormatError, match="without unreduced"):
-    records.decode_partition_spec((("i",), frozenset(), frozenset(), "max"))
+    mesh_records.decode_partition_spec((("i",), frozenset(), frozenset(), "max"))
   with pytest.raises(jaxpr_io.FormatError, match="ManualAxisType"):
     records.decode_manual_axis_type(
         (frozenset(), frozenset(), frozenset(), "mean"))

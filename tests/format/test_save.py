@@ -26,6 +26,8 @@ import pytest
 
 import jaxpr_io
 from jaxpr_io.format import container
+from jaxpr_io.format import crc
+from jaxpr_io.format import files
 from tests.support import paths
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -176,7 +178,7 @@ def test_named_temporaries_of_dead_savers_are_removed_not_live_ones(
 def test_a_temporary_of_this_process_is_kept(tmp_path, named_temporaries):
   """A save running in another thread of this process owns it."""
   path = tmp_path / "p.jaxpr"
-  mine = os.path.basename(container._temp_name(str(tmp_path), "p.jaxpr"))
+  mine = os.path.basename(files._temp_name(str(tmp_path), "p.jaxpr"))
   (tmp_path / mine).write_bytes(b"in progress")
   jaxpr_io.save(path, _small_program())
   assert _temporaries(tmp_path) == [mine]
@@ -238,7 +240,7 @@ def test_on_linux_the_file_has_no_name_until_it_is_complete(tmp_path,
     os.close(os.open(tmp_path, os.O_TMPFILE | os.O_WRONLY, 0o600))
   except OSError:
     pytest.skip("this filesystem refuses O_TMPFILE")
-  monkeypatch.setattr(container, "_use_tmpfile", True)
+  monkeypatch.setattr(files, "_use_tmpfile", True)
   created, real_open = [], os.open
   def recording_open(path, flags, *args, **kwargs):
     if flags & os.O_CREAT:
@@ -249,7 +251,7 @@ def test_on_linux_the_file_has_no_name_until_it_is_complete(tmp_path,
   path = tmp_path / "p.jaxpr"
   jaxpr_io.save(path, prog)
   assert created == []  # no named temporary was written
-  assert container._use_tmpfile  # naming the anonymous file worked
+  assert files._use_tmpfile  # naming the anonymous file worked
   assert path.read_bytes() == jaxpr_io.dumps(prog)
   assert os.listdir(tmp_path) == ["p.jaxpr"]
 
@@ -259,7 +261,7 @@ def test_a_refused_link_falls_back_to_a_named_temporary(tmp_path,
   def refuse(*args, **kwargs):
     raise PermissionError(1, "link refused")
   monkeypatch.setattr(os, "link", refuse)
-  monkeypatch.setattr(container, "_use_tmpfile", container._use_tmpfile)
+  monkeypatch.setattr(files, "_use_tmpfile", files._use_tmpfile)
   prog = _small_program()
   path = tmp_path / "p.jaxpr"
   jaxpr_io.save(path, prog)
@@ -269,16 +271,16 @@ def test_a_refused_link_falls_back_to_a_named_temporary(tmp_path,
 
 def test_checksums_of_large_buffers_are_zlibs(monkeypatch):
   """Large buffers are checksummed in slices by several threads."""
-  monkeypatch.setattr(container, "_PARALLEL_CRC_BYTES", 1 << 20)
-  monkeypatch.setattr(container, "_CRC_THREADS", 3)
+  monkeypatch.setattr(crc, "_PARALLEL_CRC_BYTES", 1 << 20)
+  monkeypatch.setattr(crc, "CRC_THREADS", 3)
   rng = np.random.default_rng(2)
   for n in [1 << 20, (1 << 20) + 1, (5 << 20) + 17, 3 << 20, 7 << 20]:
     data = rng.integers(0, 256, n, dtype=np.uint8)
-    assert container.crc32(data) == zlib.crc32(data), n
-    assert container.crc32(memoryview(data).cast("B", (n,))) == zlib.crc32(
+    assert crc.crc32(data) == zlib.crc32(data), n
+    assert crc.crc32(memoryview(data).cast("B", (n,))) == zlib.crc32(
         data)
   words = rng.integers(0, 1 << 31, 1 << 19, dtype=np.int32)  # format "i"
-  assert container.crc32(words) == zlib.crc32(words.tobytes())
+  assert crc.crc32(words) == zlib.crc32(words.tobytes())
 
 
 # ------------------------------------- checksums computed while writing
@@ -290,8 +292,8 @@ def test_serialize_reads_no_blob_whole(monkeypatch):
   prog = jaxpr_io.trace(lambda x: x * ws[0] + x * ws[1] + x * ws[2],
                         np.ones(1 << 18, np.float32))
   calls = []
-  real = container.crc32
-  monkeypatch.setattr(container, "crc32",
+  real = crc.crc32
+  monkeypatch.setattr(crc, "crc32",
                       lambda data: calls.append(1) or real(data))
   message, layout = jaxpr_io.api.program.serialize(prog)
   assert calls == [] and len(layout.chunks) == 3
@@ -322,9 +324,9 @@ def test_blobs_alike_where_sampled_are_compared_whole():
 def test_checksums_from_slices_on_several_threads(tmp_path, monkeypatch):
   """Slices of odd sizes, several threads, small blobs too: the file is the
   bytes of dumps."""
-  monkeypatch.setattr(container, "_OVERLAP_BYTES", 0)
-  monkeypatch.setattr(container, "_CRC_SLICE", (1 << 20) + 7)
-  monkeypatch.setattr(container, "_OVERLAP_CRC_THREADS", 3)
+  monkeypatch.setattr(files, "_OVERLAP_BYTES", 0)
+  monkeypatch.setattr(crc, "CRC_SLICE", (1 << 20) + 7)
+  monkeypatch.setattr(files, "_OVERLAP_CRC_THREADS", 3)
   prog = _program_with_many_blobs()
   path = tmp_path / "p.jaxpr"
   jaxpr_io.save(path, prog)
@@ -369,7 +371,7 @@ def test_a_blob_whose_checksum_is_zero(tmp_path, monkeypatch, moves):
   than the space kept for it: the same data offset, with more padding, or,
   where the offset moves, the file written again. Either way the bytes of
   dumps."""
-  monkeypatch.setattr(container, "_OVERLAP_BYTES", 0)
+  monkeypatch.setattr(files, "_OVERLAP_BYTES", 0)
   rng = np.random.default_rng(4)
   zero = np.frombuffer(_with_zero_crc(rng.bytes((1 << 16) - 4)), np.float32)
   other = rng.standard_normal(1 << 14, dtype=np.float32)
@@ -399,8 +401,8 @@ def test_a_blob_whose_checksum_is_zero(tmp_path, monkeypatch, moves):
 
 
 def test_a_failed_write_stops_the_checksum_threads(tmp_path, monkeypatch):
-  monkeypatch.setattr(container, "_OVERLAP_BYTES", 0)
-  monkeypatch.setattr(container, "_CRC_SLICE", 1 << 16)
+  monkeypatch.setattr(files, "_OVERLAP_BYTES", 0)
+  monkeypatch.setattr(crc, "CRC_SLICE", 1 << 16)
   path = tmp_path / "p.jaxpr"
   jaxpr_io.save(path, _small_program())
   original = path.read_bytes()
@@ -424,7 +426,7 @@ def test_permission_bits(tmp_path, monkeypatch, mode):
   prog = _small_program()
   fresh = tmp_path / "fresh.jaxpr"
   jaxpr_io.save(fresh, prog)
-  assert stat.S_IMODE(os.stat(fresh).st_mode) == container._FILE_MODE
+  assert stat.S_IMODE(os.stat(fresh).st_mode) == files._FILE_MODE
   private = tmp_path / "private.jaxpr"
   private.write_bytes(b"old")
   os.chmod(private, 0o600)

@@ -1,6 +1,6 @@
 """The schema cannot change silently.
 
-* The committed descriptor (jaxpr_io/_proto/jaxpr.desc) must be what protoc
+* The committed descriptor (jaxpr_io/format/_proto/jaxpr.desc) must be what protoc
   makes of schema/jaxpr.proto today: editing the .proto without regenerating
   fails here.
 * Its fingerprint must be the one recorded for the current FORMAT_VERSION:
@@ -37,8 +37,8 @@ def test_descriptor_is_fresh(tmp_path):
   committed = descriptor_pb2.FileDescriptorSet.FromString(
       pb.DESCRIPTOR_SET_BYTES)
   assert fresh == committed, (
-      "schema/jaxpr.proto changed: regenerate jaxpr_io/_proto/jaxpr.desc "
-      "(see jaxpr_io/_proto/__init__.py) and bump FORMAT_VERSION")
+      "schema/jaxpr.proto changed: regenerate jaxpr_io/format/_proto/jaxpr.desc "
+      "(see jaxpr_io/format/_proto/__init__.py) and bump FORMAT_VERSION")
 
 
 def test_schema_change_bumps_format_version():

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
+from jaxpr_io.format import crc
 from tests.support import proto_edit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -78,7 +79,7 @@ def craft(data: bytes, mutate: Callable, *, section: bytes | None = None
 
 def fix_blob_crcs(msg, section: bytes) -> None:
   for blob in msg.blobs:
-    blob.crc32 = container.crc32(
+    blob.crc32 = crc.crc32(
         section[blob.offset:blob.offset + blob.length])
 
 

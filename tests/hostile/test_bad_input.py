@@ -38,6 +38,8 @@ from google.protobuf import descriptor as pb_descriptor
 import jaxpr_io
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
+from jaxpr_io.format import crc
+from jaxpr_io.format import equation_edit
 from jaxpr_io.format import dtypes as io_dtypes
 from tests.support import proto_edit
 from tests.hostile import varint
@@ -76,9 +78,9 @@ def patch_header(data: bytes, *, fix_crc: bool = True, **fields) -> bytes:
   h = header(data)
   h.update(fields)
   head = _HEADER.pack(*(h[f] for f in _HEADER_FIELDS))
-  crc = (container.crc32(head) if fix_crc
-         else struct.unpack_from("<I", data, _CRC_OFFSET)[0])
-  return head + struct.pack("<I", crc) + data[HEADER_SIZE:]
+  checksum = (crc.crc32(head) if fix_crc
+              else struct.unpack_from("<I", data, _CRC_OFFSET)[0])
+  return head + struct.pack("<I", checksum) + data[HEADER_SIZE:]
 
 
 def frame(program: bytes, section: bytes = b"",
@@ -440,8 +442,8 @@ def test_program_checksum():
 
 def test_program_checksum_field():
   data = control_flow()
-  crc = header(data)["program_crc32"]
-  assert_rejected(patch_header(data, program_crc32=crc ^ 1),
+  stored = header(data)["program_crc32"]
+  assert_rejected(patch_header(data, program_crc32=stored ^ 1),
                   r"program checksum mismatch")
 
 
@@ -1232,7 +1234,7 @@ def _chain_of_jits(n: int, fanout: int = 1) -> bytes:
       del eqn.outvars[:]
       eqn.outvars.append(f32)
       set_params(msg, eqn, params)
-    jaxpr_io.read.equations.pack(msg, j, eqns)
+    equation_edit.pack(msg, j, eqns)
     j.outvars.append(fanout)
     msg.closed_jaxprs.add().jaxpr = i
   msg.root = n - 1

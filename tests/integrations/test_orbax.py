@@ -16,7 +16,7 @@ import pytest
 
 import jaxpr_io
 import jaxpr_io.orbax
-from jaxpr_io.format import container
+from jaxpr_io.format import files
 
 
 def _step_program(scale):
@@ -99,7 +99,7 @@ def test_failed_save_leaves_earlier_steps_intact(tmp_path, monkeypatch):
 
     def disk_full(*args, **kwargs):
       raise OSError("disk full while writing the program")
-    monkeypatch.setattr(container, "write_file", disk_full)
+    monkeypatch.setattr(files, "write_file", disk_full)
     state = _state(3)
     with pytest.raises(Exception, match="disk full"):
       mngr.save(3, args=ocp.args.Composite(

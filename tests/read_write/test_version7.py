@@ -27,6 +27,7 @@ from jax._src.state import primitives as state
 from jax.sharding import PartitionSpec as P
 
 import jaxpr_io
+from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io import compat
 from jaxpr_io import converters
 from jaxpr_io.safety import validate
@@ -134,7 +135,7 @@ def test_async_collective_round_trips_and_computes_alike(
       loaded.closed_jaxpr.jaxpr) for e in j.eqns if e.primitive.name == start]
   assert type(future) is compat.AbstractFuture
   if _FUTURES_HOLD_DONE:
-    assert future.done_fun == compat.FUTURE_DONES[done].bind
+    assert future.done_fun == compat_tables.FUTURE_DONES[done].bind
   # What JAX supports of vmap and grad on these, the loaded program does
   # alike (or fails alike).
   assert_same_outcome(jax.vmap, f, loaded, jnp.stack([x, x * 2]))

@@ -4,14 +4,14 @@ Version 3 stores a jaxpr's equations as columns (`Jaxpr.equations`); tests
 that edit one equation's fields work on `Equation` messages instead:
 `equations(msg, j)` unpacks jaxpr `j` once per message, edits go to the
 returned messages, and `store(msg)` packs every unpacked jaxpr back (the
-helpers that reframe a message call it). See `jaxpr_io.read.equations.unpack`.
+helpers that reframe a message call it). See `jaxpr_io.format.equation_edit.unpack`.
 """
 
 from __future__ import annotations
 
 from jaxpr_io.format import _proto as _pb
 from jaxpr_io.format import container as _container
-from jaxpr_io.read import equations as _equations
+from jaxpr_io.format import equation_edit as _equation_edit
 
 # id(Program message) -> (the message, {jaxpr index: its Equation messages}).
 _OPEN: dict[int, tuple] = {}
@@ -21,7 +21,7 @@ def equations(msg, j: int) -> list:
   """The editable `Equation` messages of jaxpr `j` of `msg`."""
   _, unpacked = _OPEN.setdefault(id(msg), (msg, {}))
   if j not in unpacked:
-    unpacked[j] = _equations.unpack(msg, msg.jaxprs[j])
+    unpacked[j] = _equation_edit.unpack(msg, msg.jaxprs[j])
   return unpacked[j]
 
 
@@ -41,7 +41,7 @@ def store(msg) -> None:
   entry = _OPEN.pop(id(msg), None)
   if entry is not None:
     for j, eqns in entry[1].items():
-      _equations.pack(msg, msg.jaxprs[j], eqns)
+      _equation_edit.pack(msg, msg.jaxprs[j], eqns)
 
 
 def inline_trees(msg) -> None:

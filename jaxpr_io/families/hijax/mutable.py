@@ -37,6 +37,7 @@ from jaxpr_io import compat
 from jaxpr_io.codec import params
 from jaxpr_io.compat import hi_mutable as compat_hi_mutable
 from jaxpr_io.compat import pytrees as compat_pytrees
+from jaxpr_io.safety import validate
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 _KIND_BOX = pb.MutableHiKind["MUTABLE_HI_KIND_BOX"]
@@ -286,7 +287,6 @@ def has_boxes(jaxpr) -> bool:
   """Whether `jaxpr` or a sub-jaxpr binds a box or log variable."""
   if not compat_hi_mutable.SUPPORTED:
     return False
-  from jaxpr_io.safety import validate  # pylint: disable=g-import-not-at-top
   for sub in validate.walk_jaxprs(jaxpr):
     if any(is_hi_mutable(v.aval) for v in (*sub.constvars, *sub.invars)) or any(
         is_hi_mutable(v.aval) for e in sub.eqns for v in e.outvars):

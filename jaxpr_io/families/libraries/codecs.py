@@ -59,7 +59,7 @@ import jax
 
 from jaxpr_io import compat
 from jaxpr_io.families.libraries import table as libraries
-from jaxpr_io.codec import params
+from jaxpr_io.codec import unloaded
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import dead_consts
 from jaxpr_io.errors import FormatError, UnsupportedError
@@ -239,10 +239,6 @@ def register_imported() -> None:
       _register(package)
 
 
-class MissingLibraryError(FormatError):
-  """A file holds a record of a table library that cannot be imported."""
-
-
 def load_record(name: str):
   """The codec of library record `name`, importing its library from the
   table; None when `name` is not a library record. Raises
@@ -252,45 +248,14 @@ def load_record(name: str):
     return None
   reason = libraries.import_package_of(package)
   if reason:
-    raise MissingLibraryError(
+    raise unloaded.MissingLibraryError(
         f"the program holds a value of type {name!r} of the {package!r} "
         f"package, which cannot be used: {reason}")
   register_imported()  # the package's, and Equinox's, which it imports
   return registry.RECORDS.by_name.get(name)
 
 
-class UnloadedRecord:
-  """A library record read where its library cannot be imported: in the
-  auxdata of a pytree node, which then loads as a plain container
-  (jaxpr_io/pytree/read.py). Kept so that the program re-dumps to the same
-  bytes; it is written back as the record it was read as."""
-
-  __slots__ = ("name", "fields")
-
-  def __init__(self, name: str, fields: tuple):
-    self.name = name
-    self.fields = fields
-
-  def __repr__(self):
-    return f"<{self.name} of a library not imported here>"
-
-
-def encode_unloaded_record(w, v, out, depth):
-  out.record.type = w.string(v.name)
-  for field in v.fields:
-    params.encode_value(w, field, out.record.fields.add(), depth + 1)
-
-
-def holds_unloaded(value, depth: int = 0) -> bool:
-  """Whether a decoded auxdata value holds an `UnloadedRecord`."""
-  if type(value) is UnloadedRecord:
-    return True
-  if type(value) in (tuple, list, frozenset) and depth < params.MAX_VALUE_DEPTH:
-    return any(holds_unloaded(v, depth + 1) for v in value)
-  return False
-
-
-params.register_value_encoder(UnloadedRecord, encode_unloaded_record)
+registry.register_record_resolver(load_record)
 
 
 # ------------------------------------------- filter primitive params

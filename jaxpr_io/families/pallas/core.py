@@ -23,15 +23,16 @@ from untrusted files.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import enum
 from typing import Any
 
 from jaxpr_io import compat
+from jaxpr_io.compat import pallas as compat_pallas
 from jaxpr_io.codec import registry
+from jaxpr_io.families.pallas import refs
 from jaxpr_io.errors import FormatError, UnsupportedError
 
-_pallas = compat.pallas_modules()
+_pallas = compat_pallas.pallas_modules()
 
 _MISSING = dataclasses.MISSING
 
@@ -146,96 +147,8 @@ def _singleton_record(cls, name: str) -> None:
                                 decode=decode)
 
 
-# Subclasses of `AbstractRef` that the format stores as refs, told apart by
-# their memory space: memory space -> the class. A ref of that memory space
-# is always of that class (the writer refuses a plain `AbstractRef` there),
-# so reading rebuilds the same class. Mosaic GPU's WGMMA accumulator (the
-# `plgpu.ACC` scratch that `wgmma` accumulates into) is the only ref in its
-# REGS memory space.
-_REF_CLASSES: dict[Any, type] = {}
-
-
-@dataclasses.dataclass(frozen=True)
-class TMEMRefAttributes:
-  """What a Mosaic GPU TMEM ref aval (`AbstractTMEMRef`, Blackwell tensor
-  memory) holds beyond a plain ref: its `tcgen05.TMEMLayout` and whether it
-  is allocated across a CTA pair (`collective`). JAX's TMEM ref never has a
-  `kind`, so the format stores these as a record in the ref's `kind` field
-  (jaxpr.proto, `AbstractRef.kind`). Never part of a program: only the
-  file's spelling of those two fields."""
-  layout: Any
-  collective: bool
-
-
-def _tmem_attributes_problem(kwargs) -> str | None:
-  if type(kwargs.get("collective")) is not bool:
-    return f"collective {kwargs.get('collective')!r:.80} is not a bool"
-  if type(kwargs.get("layout")) is not _TMEM_LAYOUT:
-    return (f"layout {kwargs.get('layout')!r:.80} is not a Mosaic GPU "
-            "TMEMLayout")
-  return None
-
-
-_TMEM_LAYOUT: Any = None  # tcgen05.TMEMLayout, where Mosaic GPU imports
-
-
-def stored_ref_kind(aval):
-  """The value the format stores in a ref aval's `kind` field: the kind of
-  a plain ref, the layout and collective flag of a TMEM ref, None for a
-  WGMMA accumulator (which has no kind)."""
-  t = type(aval)
-  if t is compat.AbstractRef:
-    return aval.kind
-  if t is _TMEM_REF:
-    return TMEMRefAttributes(aval.layout, aval.collective)
-  return None
-
-
-def build_ref(inner, memory_space, kind):
-  """The ref aval a file describes: `ref_class(memory_space)` built from
-  the inner aval and the stored `kind` (see `stored_ref_kind`). Raises
-  FormatError where the kind does not fit the memory space's class."""
-  cls = ref_class(memory_space)
-  if cls is compat.AbstractRef:
-    if type(kind) is TMEMRefAttributes:
-      raise FormatError(f"a ref in memory space {memory_space!r:.60} has "
-                        "TMEM attributes, which only a TMEM ref has")
-    return compat.AbstractRef(inner, memory_space, kind)
-  if cls is _TMEM_REF:
-    if type(kind) is not TMEMRefAttributes:
-      raise FormatError(f"a TMEM ref has kind {kind!r:.80}, not its layout "
-                        f"and collective flag (a {_TMEM_ATTRIBUTES_NAME} "
-                        "record)")
-    return cls(inner, memory_space, kind.layout, kind.collective)
-  if kind is not None:
-    raise FormatError(f"a ref in memory space {memory_space!r:.60} (a "
-                      f"{cls.__name__}) has a kind, {kind!r:.80}")
-  return cls(inner, memory_space)
-
-
-_TMEM_REF: Any = None  # AbstractTMEMRef, where Mosaic GPU imports
-_TMEM_ATTRIBUTES_NAME = "jax.pallas.gpu.TMEMRefAttributes"
-
-
-def ref_class(memory_space) -> type:
-  """The ref aval class of refs in `memory_space`."""
-  try:
-    return _REF_CLASSES.get(memory_space, compat.AbstractRef)
-  except TypeError:  # an unhashable memory space: not one of ours
-    return compat.AbstractRef
-
-
-def ref_classes() -> tuple[type, ...]:
-  """The `AbstractRef` subclasses stored as refs."""
-  return tuple(_REF_CLASSES.values())
-
-
-def is_ref_class(cls) -> bool:
-  return cls is compat.AbstractRef or cls in _REF_CLASSES.values()
-
-
 def _transformed_ref_problem(kwargs) -> str | None:
-  if not is_ref_class(type(kwargs.get("ref"))):
+  if not refs.is_ref_class(type(kwargs.get("ref"))):
     return f"ref {kwargs.get('ref')!r:.80} is not a ref aval"
   if type(kwargs.get("transforms", ())) is not tuple:
     return "transforms is not a tuple"
@@ -249,12 +162,11 @@ def _register_gpu_transforms(gpu_core) -> None:
   MulticastRef are not frozen (they hold a traced device id) and stay out."""
   if gpu_core is None:
     return
-  from jax._src.state import types as state_types  # pylint: disable=g-import-not-at-top
   for attr, cls in sorted(vars(gpu_core).items()):
     if (isinstance(cls, type) and cls.__module__ == gpu_core.__name__
         and dataclasses.is_dataclass(cls)
         and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
-        and (state_types.Transform in cls.__mro__
+        and (compat.StateTransform in cls.__mro__
              or attr in ("ReducedLayout", "ParameterizedLayout"))):
       _record_by_field_name(cls, f"jax.pallas.gpu.{attr}")
 
@@ -265,32 +177,16 @@ def _register_tmem(gpu_core) -> None:
   `tcgen05.TMEMLayout` (a `TiledLayout`: a `Tiling` and the warp, lane and
   vector dimensions, some of them `Replicated`), all frozen dataclasses of
   plain fields."""
-  global _TMEM_LAYOUT, _TMEM_REF
   tmem_ref = vars(gpu_core or object).get("AbstractTMEMRef")
   if tmem_ref is None:
     return
-  from jax.experimental.mosaic.gpu import fragmented_array, tcgen05  # pylint: disable=g-import-not-at-top
-  for cls, name in ((fragmented_array.Tiling, "Tiling"),
-                    (fragmented_array.Replicated, "Replicated"),
-                    (fragmented_array.TiledLayout, "TiledLayout"),
-                    (tcgen05.TMEMLayout, "TMEMLayout")):
+  layouts = compat_pallas.mosaic_gpu_tmem_layouts()
+  for name, cls in layouts.items():
     _record_by_field_name(cls, f"jax.mosaic_gpu.{name}")
-  _TMEM_LAYOUT, _TMEM_REF = tcgen05.TMEMLayout, tmem_ref
-  _record_by_field_name(TMEMRefAttributes, _TMEM_ATTRIBUTES_NAME,
-                        check=_tmem_attributes_problem)
-  _REF_CLASSES[gpu_core.MemorySpace.TMEM] = tmem_ref
-
-
-def _register_optional_enum(module_name: str, attr: str, name: str) -> None:
-  """Registers enum `attr` of JAX's module `module_name` as `name`, where
-  this jaxlib has that module (a backend's bindings may be absent)."""
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError:
-    return
-  cls = getattr(module, attr, None)
-  if cls is not None:
-    registry.register_enum(cls, name=name)
+  refs.set_tmem(layouts["TMEMLayout"], tmem_ref)
+  _record_by_field_name(refs.TMEMRefAttributes, refs.TMEM_ATTRIBUTES_NAME,
+                        check=refs.tmem_attributes_problem)
+  refs.add_ref_class(gpu_core.MemorySpace.TMEM, tmem_ref)
 
 
 def _register() -> None:
@@ -338,29 +234,20 @@ def _register() -> None:
       _record_by_field_name(cls, f"jax.pallas.gpu.{attr}")
   # A scratch ref with transforms (e.g. Mosaic GPU's swizzled SMEM) is a
   # ref aval and the transforms that present it: GridMapping.scratch_avals.
-  from jax._src.state import types as state_types  # pylint: disable=g-import-not-at-top
-  _record_by_field_name(state_types.TransformedRef,
+  _record_by_field_name(compat.TransformedRef,
                         "jax.pallas.TransformedRef",
                         check=_transformed_ref_problem)
   _register_gpu_transforms(_pallas.get("gpu"))
   accumulator = vars(_pallas.get("gpu", object)).get(
       "WGMMAAbstractAccumulatorRef")
   if accumulator is not None:
-    _REF_CLASSES[_pallas["gpu"].MemorySpace.REGS] = accumulator
+    refs.add_ref_class(_pallas["gpu"].MemorySpace.REGS, accumulator)
   _register_tmem(_pallas.get("gpu"))
   # Enums of the kernel primitives' params: how Mosaic GPU's TMA copies fill
   # what lies out of bounds, the kinds of Mosaic GPU's and Triton's atomic
   # operations, and how remote DMAs and semaphore signals name a device.
-  for module, attr, name in (
-      ("jax.experimental.mosaic.gpu.launch_context", "OOBFillMode",
-       "jax.pallas.gpu.OOBFillMode"),
-      ("jax._src.pallas.mosaic_gpu.primitives", "AtomicOpType",
-       "jax.pallas.gpu.AtomicOpType"),
-      ("jax._src.pallas.primitives", "DeviceIdType",
-       "jax.pallas.DeviceIdType"),
-      ("jax._src.pallas.triton.primitives", "AtomicOpType",
-       "jax.pallas.triton.AtomicOpType")):
-    _register_optional_enum(module, attr, name)
+  for name, cls in compat_pallas.optional_enums().items():
+    registry.register_enum(cls, name=name)
   for short, module in _pallas.items():
     params = vars(module).get("CompilerParams")
     if short != "core" and params is not None:

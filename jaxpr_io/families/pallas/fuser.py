@@ -19,16 +19,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from jaxpr_io.families.pallas import core as pallas
 from jaxpr_io.codec import registry
+from jaxpr_io.compat import pallas as compat_pallas
 
 
 def _fusion_dtype_base():
-  try:
-    from jax._src.pallas.fuser import fusible_dtype  # pylint: disable=g-import-not-at-top
-  except ImportError:  # a JAX without the Pallas fuser
-    return None
-  return fusible_dtype.FusionDType
+  return compat_pallas.fusion_dtype_base()
 
 
 def register_fusion_dtype(cls: type, *, name: str,
@@ -60,6 +56,8 @@ def register_fusion_dtype(cls: type, *, name: str,
       raise TypeError(
           f"{cls.__qualname__} is not a frozen dataclass: give encode and "
           "decode")
+    # lazy: import time (the Pallas family imports JAX's Pallas).
+    from jaxpr_io.families.pallas import core as pallas  # pylint: disable=g-import-not-at-top
     pallas.register_record_by_field_name(cls, name)
     return
   registry.register_param_codec(cls, name=name, encode=encode,

@@ -16,7 +16,7 @@ on a TPU or under `jax.sharding.use_abstract_mesh` with a TPU
 UnsupportedError saying so.
 
 JAX 0.10's `TensorCoreMesh` holds an array of cores and a list of axis
-names instead; it is stored as 0.11+'s record (`compat.tensorcore_mesh_fields`)
+names instead; it is stored as 0.11+'s record (`compat_pallas.tensorcore_mesh_fields`)
 when it is one that `pltpu.create_tensorcore_mesh` makes (cores 0..n-1, one
 axis), which is what that record can say; others are refused.
 
@@ -34,9 +34,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import importlib
 
-from jaxpr_io import compat
+from jaxpr_io.compat import pallas as compat_pallas
 from jaxpr_io.families.pallas import core as pallas
 from jaxpr_io.codec import registry
 from jaxpr_io.errors import FormatError, UnsupportedError
@@ -44,12 +43,7 @@ from jaxpr_io.errors import FormatError, UnsupportedError
 
 def _sparse_core_problem() -> str | None:
   """Why this process cannot build a SparseCore mesh now, or None."""
-  sc_core = importlib.import_module("jax._src.pallas.mosaic.sc_core")
-  try:
-    sc_core.get_sparse_core_info()
-  except (ValueError, RuntimeError) as e:
-    return str(e).split(".")[0]
-  return None
+  return compat_pallas.sparse_core_problem()
 
 
 def _check_field(cls_name: str, name: str, value) -> None:
@@ -110,17 +104,14 @@ def _decode_tensorcore_mesh(stored):
                       f"axis_name and num_cores: {stored!r:.200}")
   _check_field("jax.pallas.tpu.TensorCoreMesh", "axis_name", stored[0][1])
   _check_field("jax.pallas.tpu.TensorCoreMesh", "num_cores", stored[1][1])
-  return compat.tensorcore_mesh(stored[0][1], stored[1][1])
+  return compat_pallas.tensorcore_mesh(stored[0][1], stored[1][1])
 
 
 def _register() -> None:
-  try:
-    sc_core = importlib.import_module("jax._src.pallas.mosaic.sc_core")
-    tpu_core = importlib.import_module("jax._src.pallas.mosaic.core")
-    sc_primitives = importlib.import_module(
-        "jax._src.pallas.mosaic.sc_primitives")
-  except ImportError:
+  modules = compat_pallas.sparse_core_modules()
+  if modules is None:
     return
+  sc_core, tpu_core, sc_primitives = modules
   for attr in ("VectorSubcoreMesh", "ScalarSubcoreMesh"):
     _mesh_record(getattr(sc_core, attr), f"jax.pallas.sparsecore.{attr}",
                  needs_sparse_core=True)
@@ -132,11 +123,11 @@ def _register() -> None:
   else:  # 0.10: an array of cores and a list of axis names
     registry.register_param_codec(
         mesh, name="jax.pallas.tpu.TensorCoreMesh",
-        encode=compat.tensorcore_mesh_fields, decode=_decode_tensorcore_mesh)
+        encode=compat_pallas.tensorcore_mesh_fields, decode=_decode_tensorcore_mesh)
   # Mosaic GPU's meshes (`plgpu.kernel`): frozen dataclasses of plain
   # fields (grid, cluster, names, threads) whose defaults are constants,
   # stored like jaxpr_io/families/pallas/core.py's records.
-  gpu_core = (compat.pallas_modules() or {}).get("gpu")
+  gpu_core = (compat_pallas.pallas_modules() or {}).get("gpu")
   for attr in ("Mesh", "WarpMesh"):
     cls = vars(gpu_core or object).get(attr)
     if cls is not None and dataclasses.is_dataclass(cls):
@@ -158,5 +149,5 @@ def _register() -> None:
         registry.register_enum(value, name=f"jax.pallas.sparsecore.{attr}")
 
 
-if compat.pallas_modules() is not None:
+if compat_pallas.pallas_modules() is not None:
   _register()

@@ -43,6 +43,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 import jaxpr_io
+from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io import compat
 from jaxpr_io import converters
 from jaxpr_io.safety import validate
@@ -230,7 +231,7 @@ def test_a_transformed_scratch_ref_must_hold_a_ref():
 def test_each_name_of_its_own_is_documented_and_binds_its_module():
   with open(os.path.join(_ROOT, "schema", "VOCABULARY.md")) as f:
     documented = f.read()
-  for (module, jax_name), name in compat.MODULE_PRIMITIVE_NAMES.items():
+  for (module, jax_name), name in compat_tables.MODULE_PRIMITIVE_NAMES.items():
     assert f"| `{name}` | `{jax_name}`" in documented, name
     primitive = jaxpr_io.codec.registry.PRIMITIVES.lookup(name)
     if primitive is None:  # e.g. `store`, which only 0.12 has

@@ -1,0 +1,30 @@
+"""The resource limits of reading and writing, in one place: the modules
+that enforce them import these, and the trust model's table
+(`jaxpr_io.safety.trust.policy_table`, docs/trust-model.md) quotes them."""
+
+# Sub-jaxprs nest at most this deep, in files written and read. JAX prints,
+# lowers and differentiates recursively: at 40 levels of nested scans every
+# operation still works on both ends of the supported releases, at 48 lowering
+# runs out of Python stack. 32 leaves room for the caller's own nesting
+# (tests/hostile/test_limits.py checks each kind of nesting at this depth).
+MAX_JAXPR_DEPTH = 32
+
+# Records and tuples in param values nest; deeper values are refused on both
+# sides. Each level is two protobuf messages and protobuf parses at most 100
+# levels, so the writer must not produce what no reader can parse.
+MAX_VALUE_DEPTH = 32
+
+# Protobuf parsers refuse messages nested more than 100 deep. A pytree node
+# at depth d is a message at depth d + 2 (under `Program`), its dict keys,
+# child keys and auxdata a few levels deeper, two per nested tuple: the
+# writer keeps both within these limits, so whatever it writes parses.
+MAX_TREE_DEPTH = 64
+MAX_KEY_NESTING = 8
+
+# Resource limits of an untrusted load: building the program may take at most
+# MEMORY_FACTOR times the file's size plus FIXED_OVERHEAD bytes. The reader
+# charges, before it builds them, what the objects of each table and jaxpr
+# cost in Python (measured on jax 0.10 and 0.12, CPython 3.11-3.12; a real
+# program costs about 16x its file size, a file of tiny equations 60x).
+MEMORY_FACTOR = 16
+FIXED_OVERHEAD = 64 << 20
