@@ -13,7 +13,7 @@ from jaxpr_io.api import binding
 from jaxpr_io.format import container
 from jaxpr_io.format import files
 from jaxpr_io.families.hijax import mutable as hi_mutable
-from jaxpr_io.api import specialize
+from jaxpr_io.compat import specialize
 from jaxpr_io.pytree import static
 from jaxpr_io.pytree import calls as tree_calls
 from jaxpr_io.safety import validate

@@ -20,19 +20,18 @@ import numpy as np
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
-from jaxpr_io.format import dtypes
-from jaxpr_io.families.hijax import prims as hi_prims  # registers JAX's hi primitive classes
+from jaxpr_io.codec import dtypes
 from jaxpr_io.codec import records  # noqa: F401  (registers JAX's record codecs)
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import dead_consts
 from jaxpr_io.compat import symbolic
 from jaxpr_io.codec import unloaded
-from jaxpr_io.safety import limits
+from jaxpr_io.format import limits
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _MAX_BIG_INT_DIGITS = 4000
-# How deep records and tuples nest (jaxpr_io/safety/limits.py).
+# How deep records and tuples nest (jaxpr_io/format/limits.py).
 MAX_VALUE_DEPTH = limits.MAX_VALUE_DEPTH
 
 Encoder = Callable[[Any, Any, Any, int], None]
@@ -282,14 +281,14 @@ def encode_merged_jaxpr(w, v, out, depth):
       raise UnsupportedError(
           f"a jaxpr with {len(v.consts)} constants sits where the format "
           "stores jaxprs without constants (see "
-          "jaxpr_io/codec/vocabulary.py:OPEN_JAXPR_PARAMS)")
+          "jaxpr_io/format/vocabulary.py:OPEN_JAXPR_PARAMS)")
     encode_jaxpr(w, v, out, depth)
   elif (w.closure_from_inputs_slot and v.consts
         and all(compat.is_tracer(c) or type(c) is compat.Var
                 for c in v.consts)):
     # A Pallas `run_scoped` body closed over the kernel's refs, which are
     # also the equation's inputs: stored open, its constvars unvalued, as
-    # JAX 0.10 has it (jaxpr_io.codec.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). A
+    # JAX 0.10 has it (jaxpr_io.format.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). A
     # loaded one holds the enclosing jaxpr's variables as its constants.
     encode_jaxpr(w, v, out, depth)
   elif w.unvalued_consts_slot and dead_consts.holds_dead_consts(v):
@@ -380,8 +379,10 @@ def decode_record(r, msg, depth):
       # In a pytree node's auxdata: the node loads as a plain container.
       fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields[:])
       return unloaded.UnloadedRecord(name, fields)
-  if codec is None and hi_prims.missing_here(name):
-    raise FormatError(hi_prims.missing_here(name))
+  if codec is None:
+    for explain in _MISSING_RECORD_EXPLAINERS:
+      if (why := explain(name)) is not None:
+        raise FormatError(why)
   if codec is None:
     raise FormatError(f"unknown param record type {name!r}; register it "
                       "with jaxpr_io.register_param_codec (a Pallas fusion "
@@ -489,6 +490,28 @@ def encode_unloaded_record(w, v, out, depth):
 register_value_encoder(unloaded.UnloadedRecord, encode_unloaded_record)
 
 
+# Families that say why a value or a record name has no codec here (a hi
+# primitive of a user's class; a class of a newer JAX): first answer wins.
+_REFUSAL_EXPLAINERS: list[Callable[[Any], str | None]] = []
+_MISSING_RECORD_EXPLAINERS: list[Callable[[str], str | None]] = []
+
+
+def register_explainers(*, refusal: Callable[[Any], str | None],
+                        missing_record: Callable[[str], str | None]) -> None:
+  """`refusal(value)` says why `dumps` cannot store `value`, or None;
+  `missing_record(name)` says why a file's record `name` cannot load here,
+  or None. The errors name what the user can do."""
+  _REFUSAL_EXPLAINERS.append(refusal)
+  _MISSING_RECORD_EXPLAINERS.append(missing_record)
+
+
+def _refusal(value) -> str | None:
+  for explain in _REFUSAL_EXPLAINERS:
+    if (why := explain(value)) is not None:
+      return why
+  return None
+
+
 def register_value_decoder(kind: str, decoder) -> None:
   """The decoder of `Value` kind `kind` for an encoder registered with
   `register_value_encoder` by a module that builds on this one."""
@@ -516,7 +539,7 @@ def encode_value(w, v, out, depth: int = 0) -> None:
       encoder = encode_record
     elif isinstance(v, compat.Primitive):
       encoder = encode_primitive
-    elif (why := hi_prims.refusal(v)) is not None:
+    elif (why := _refusal(v)) is not None:
       raise UnsupportedError(why)
     else:
       raise UnsupportedError(

@@ -18,7 +18,7 @@ from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from jaxpr_io import compat
 from jaxpr_io.compat import tables as compat_tables
-from jaxpr_io.families.libraries import table as libraries
+from jaxpr_io.codec import library_table as libraries
 
 K = TypeVar("K", bound=Hashable)
 
@@ -72,7 +72,7 @@ class Registry(Generic[K]):
 class _Primitives:
   """Primitive name <-> `Primitive`, keyed by object identity: JAX's own
   (`compat.tables.PRIMITIVE_MODULES`), those the user registers, and those
-  of the library table (jaxpr_io/families/libraries/table.py).
+  of the library table (jaxpr_io/codec/library_table.py).
 
   Built lazily, and without importing a JAX module a program or a file does
   not need: the first use scans the modules this process has imported; a
@@ -133,7 +133,7 @@ class _Primitives:
 
   def lookup(self, name: str):
     """The primitive of serialized name `name`, or None. A name of the
-    library table (jaxpr_io/families/libraries/table.py) imports the table's module."""
+    library table (jaxpr_io/codec/library_table.py) imports the table's module."""
     name = compat_tables.PRIMITIVE_RENAMES.get(name, name)
     table = self._table()
     primitive = table.by_name.get(name)
@@ -290,6 +290,40 @@ class EqnParamCodec:
 
 
 EQN_PARAM_CODECS: dict[tuple[str, str], EqnParamCodec] = {}
+
+
+class _EquationInputs(threading.local):
+  """The input types of the equation whose params the writer is encoding,
+  for the codecs registered with `needs_in_avals=True` (None otherwise)."""
+
+  def __init__(self):
+    self.in_avals = None
+
+
+EQUATION_INPUTS = _EquationInputs()
+
+
+def equation_in_avals() -> tuple | None:
+  """The input types of the equation whose params are being encoded, for a
+  param codec registered with `needs_in_avals=True`; None for other codecs."""
+  return EQUATION_INPUTS.in_avals
+
+
+# The writer's class (jaxpr_io/write/writer.py sets it): a param codec that
+# encodes a value apart from the file being written makes one.
+_writer_factory: Callable[[], Any] | None = None
+
+
+def set_writer_factory(factory: Callable[[], Any]) -> None:
+  global _writer_factory
+  _writer_factory = factory
+
+
+def new_writer():
+  """A fresh writer, for encoding a value apart from the file."""
+  if _writer_factory is None:
+    raise RuntimeError("jaxpr_io.write.writer is not imported")
+  return _writer_factory()
 # Primitives (serialized names) with a codec registered with
 # `needs_in_avals=True`.
 INPUT_TYPED_PRIMITIVES: set[str] = set()
@@ -302,7 +336,7 @@ def register_eqn_param_codec(primitive: str, param: str, *,
   """Stores param `param` of primitive `primitive` (serialized names) with
   `encode`/`decode` instead of the codec of its Python type. For params whose
   values are callables or rules that can be traced or named. With
-  `needs_in_avals`, `encode` may call `jaxpr_io.write.writer.equation_in_avals()`
+  `needs_in_avals`, `encode` may call `jaxpr_io.equation_in_avals()`
   for the equation's input types (e.g. to trace a rule at them), and
   equations whose inputs differ in type never share a param set."""
   key = (primitive, param)

@@ -6,7 +6,7 @@ re-dumps to the same bytes; anywhere else it is an error."""
 from __future__ import annotations
 
 from jaxpr_io.errors import FormatError
-from jaxpr_io.safety import limits
+from jaxpr_io.format import limits
 
 
 class MissingLibraryError(FormatError):

@@ -51,7 +51,7 @@ Jaxpr = core.Jaxpr
 # `ClosedJaxpr` stayed as an alias in 0.11 and is gone in 0.12). On those
 # releases `ClosedJaxpr is Jaxpr`: every jaxpr is "closed" over its (possibly
 # empty) consts, and whether a param holds a closed or an open jaxpr is a
-# fact of the format's vocabulary (`jaxpr_io.codec.vocabulary.OPEN_JAXPR_PARAMS`),
+# fact of the format's vocabulary (`jaxpr_io.format.vocabulary.OPEN_JAXPR_PARAMS`),
 # not of the Python type.
 ClosedJaxpr = getattr(core, "ClosedJaxpr", core.Jaxpr)
 MERGED_JAXPRS = ClosedJaxpr is Jaxpr
@@ -208,7 +208,7 @@ def close_over_inputs(jaxpr, invars):
   """`jaxpr` (a loaded body whose leading invars are its stored constvars)
   with the equation's input variables `invars` as its constants, as JAX
   0.11+ bind Pallas's `run_scoped` (see
-  jaxpr_io.codec.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). JAX 0.10 keeps the body
+  jaxpr_io.format.vocabulary.CLOSURE_FROM_INPUTS_PARAMS). JAX 0.10 keeps the body
   open: unchanged there. None if an input is not a variable or the avals
   disagree."""
   if not MERGED_JAXPRS or type(jaxpr) is not Jaxpr or jaxpr.consts or (

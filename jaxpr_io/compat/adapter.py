@@ -1,5 +1,5 @@
 """The base of every JAX release's adapter: maps between the release's
-equations and the format's vocabulary (jaxpr_io/codec/vocabulary.py).
+equations and the format's vocabulary (jaxpr_io/format/vocabulary.py).
 
 An adapter is one object per release line (`jaxpr_io.compat.ADAPTER`). The
 base class implements what every release shares: primitive renames,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from jaxpr_io.errors import FormatError
 
 ToFormat = Callable[[dict], dict]

@@ -25,7 +25,7 @@ import inspect
 
 from jax._src import hijax as jax_hijax
 
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from jaxpr_io.errors import FormatError
 
 NAME = "call_hi_primitive_linearized"

@@ -1,6 +1,6 @@
 """Adapter for JAX 0.10.x: this release's objects <-> the format vocabulary.
 
-The format's vocabulary (jaxpr_io/codec/vocabulary.py) was first written from JAX
+The format's vocabulary (jaxpr_io/format/vocabulary.py) was first written from JAX
 0.10, so most primitives and params pass through unchanged. What differs:
 
 * `jit`'s `inline` is a bool here and one of the vocabulary's inline modes
@@ -26,7 +26,7 @@ from jax._src import core as jax_core
 from jax._src import hijax as jax_hijax
 from jax._src.numpy import hijax as numpy_hijax
 
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from jaxpr_io.compat import hi_linearized, pallas_pipeline
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError, UnsupportedError

@@ -1,7 +1,7 @@
 """Adapter for JAX 0.11.x: its objects <-> the format vocabulary.
 
 These releases changed the jaxpr data model that the format's vocabulary
-(jaxpr_io/codec/vocabulary.py) was first written from (JAX 0.10):
+(jaxpr_io/format/vocabulary.py) was first written from (JAX 0.10):
 
 * `ClosedJaxpr` merged into `Jaxpr` (handled in `jaxpr_io.compat`: which
   params hold closed jaxprs is a vocabulary table).
@@ -36,7 +36,7 @@ from jax._src import flattree as ft
 from jax._src import tree_util
 from jax._src import util as jax_util
 
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from jaxpr_io.compat import hi_linearized, pallas_pipeline, tree_tuples
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError

@@ -11,7 +11,7 @@ other: a release refuses the other's, naming the param.
 
 from __future__ import annotations
 
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from jaxpr_io.errors import FormatError
 
 _FORM_010 = ("body_consts_len", "_static_grid_offsets", "_num_extra_dynamic")

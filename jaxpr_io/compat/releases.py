@@ -2,7 +2,7 @@
 
 Each supported JAX release line has one adapter module in this package that
 maps the release's primitive names and params to the format's vocabulary
-(`jaxpr_io/codec/vocabulary.py`, documented in schema/VOCABULARY.md) and back:
+(`jaxpr_io/format/vocabulary.py`, documented in schema/VOCABULARY.md) and back:
 
   release line   adapter
   0.10.x         jaxpr_io/compat/jax_0_10.py   (jax >= 0.10.2)
@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 
 # (major, minor) of a release line -> adapter module (in this package).
 ADAPTERS = {

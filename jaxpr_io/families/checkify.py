@@ -31,6 +31,7 @@ import jax
 
 from jaxpr_io.compat import checkify as compat_checkify
 from jaxpr_io.codec import registry
+from jaxpr_io.safety import trust
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -219,3 +220,6 @@ registry.register_param_codec(compat_checkify.ErrorEffect,
                               name="jax.checkify.ErrorEffect",
                               encode=encode_error_effect,
                               decode=decode_error_effect)
+
+
+trust.register_family_screen("checkify formats", failed_check_formats)

@@ -15,7 +15,7 @@ Changelog (newest last):
     signatures with GENERIC nodes for library types) and an aligned data
     section with a CRC-32 per blob.
   * 2026-11-23, version 2: one vocabulary for every JAX release. Equations
-    are stored in the format's vocabulary (jaxpr_io/codec/vocabulary.py,
+    are stored in the format's vocabulary (jaxpr_io/format/vocabulary.py,
     schema/VOCABULARY.md) and each JAX release's adapter maps to and from
     it. `EqnContext` gained `layout_mode` and `no_collectives` (JAX
     0.11/0.12 context settings). Meanings changed: `jit`'s `inline` is a
@@ -44,7 +44,7 @@ Changelog (newest last):
     name, jaxpr_io/families/pallas/core.py); the effect `jax.checkify.ErrorEffect`; the
     primitives of checkify, `shard_alike`, `jax.experimental.sparse`,
     Pallas (`pallas_call` and the core kernel primitives) and Equinox
-    (`equinox.*`, jaxpr_io/families/libraries/table.py) join the vocabulary. A custom
+    (`equinox.*`, jaxpr_io/codec/library_table.py) join the vocabulary. A custom
     rule that raises when traced is stored as its error
     (jaxpr_io/families/custom_rules/registrations.py). Readers of version 4 read versions 1 to 3.
     Later on 2026-11-24, without a schema change: the record types

@@ -22,9 +22,9 @@ import dataclasses
 import threading
 from typing import Any
 
-from jaxpr_io.safety import limits
+from jaxpr_io.format import limits
 
-# How deep pytree nodes and their keys nest (jaxpr_io/safety/limits.py).
+# How deep pytree nodes and their keys nest (jaxpr_io/format/limits.py).
 MAX_DEPTH = limits.MAX_TREE_DEPTH
 MAX_KEY_NESTING = limits.MAX_KEY_NESTING
 

@@ -47,7 +47,7 @@ import jax
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
-from jaxpr_io.families.libraries import table as libraries
+from jaxpr_io.codec import library_table as libraries
 from jaxpr_io.codec import params
 from jaxpr_io.codec import unloaded
 from jaxpr_io.pytree import calls as tree_calls

@@ -26,7 +26,7 @@ from jaxpr_io import compat
 from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.compat import symbolic
 from jaxpr_io.format import dim_grammar
-from jaxpr_io.format import dtypes
+from jaxpr_io.codec import dtypes
 from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.families.pallas import refs as pallas_refs
 from jaxpr_io.codec import params

@@ -23,12 +23,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.safety import trust
 from jaxpr_io.safety import validate
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from jaxpr_io.errors import FormatError
 
 _U32 = np.dtype("<u4")

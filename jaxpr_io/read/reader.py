@@ -37,7 +37,7 @@ from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.format import container
 from jaxpr_io.read import equations
 from jaxpr_io.families.hijax import mutable as hi_mutable
-from jaxpr_io.families.libraries import table as libraries
+from jaxpr_io.codec import library_table as libraries
 from jaxpr_io.codec import params
 from jaxpr_io.pytree import codec as pytrees  # noqa: F401  (registers the treedef param codecs)
 from jaxpr_io.read import avals as read_avals
@@ -46,13 +46,13 @@ from jaxpr_io.codec import registry
 from jaxpr_io.pytree import read as tree_read
 from jaxpr_io.safety import trust
 from jaxpr_io.safety import validate
-from jaxpr_io.codec import vocabulary
-from jaxpr_io.safety import limits
+from jaxpr_io.format import vocabulary
+from jaxpr_io.format import limits
 from jaxpr_io.errors import FormatError
 
 _SIZE_CAP = 1 << 62
 MAX_JAXPR_DEPTH = limits.MAX_JAXPR_DEPTH
-# The budget of an untrusted load (jaxpr_io/safety/limits.py).
+# The budget of an untrusted load (jaxpr_io/format/limits.py).
 MEMORY_FACTOR = limits.MEMORY_FACTOR
 FIXED_OVERHEAD = limits.FIXED_OVERHEAD
 _EQN_COST = 520       # JaxprEqn, its in/out lists, its params dict

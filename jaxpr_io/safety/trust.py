@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from jaxpr_io.codec import registry
 from jaxpr_io.format import dim_grammar
-from jaxpr_io.safety import limits
+from jaxpr_io.format import limits
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 
@@ -329,12 +329,37 @@ def _screen_debug_print(name: str, params: dict, screen: Screen) -> dict:
   return params
 
 
+# The parts of a screen that only a primitive family knows how to take
+# apart (a kernel's compiler params, checkify's error tree): the family
+# registers them when it loads (`register_family_screen`).
+_FAMILY_SCREENS: dict[str, Callable] = {}
+
+
+def register_family_screen(what: str, fn: Callable) -> None:
+  """Registers the family's part of screen `what` ("pallas compiler
+  params", "checkify formats")."""
+  if what in _FAMILY_SCREENS:
+    raise ValueError(f"the screen {what!r} is already registered")
+  _FAMILY_SCREENS[what] = fn
+
+
+def _family_screen(what: str) -> Callable:
+  """The family's part of screen `what`; a file holding the family's
+  primitive has loaded the family, and a screen that is missing is never
+  skipped: the equation is refused."""
+  fn = _FAMILY_SCREENS.get(what)
+  if fn is None and registry.load_more():
+    fn = _FAMILY_SCREENS.get(what)
+  if fn is None:
+    raise FormatError(f"no screen for {what} is loaded; the equation is "
+                      "refused")
+  return fn
+
+
 def _screen_pallas_call(name: str, params: dict, screen: Screen) -> dict:
   if screen.trusted:
     return params
-  # lazy: import time (the Pallas family imports JAX's Pallas).
-  from jaxpr_io.families.pallas import core as pallas  # pylint: disable=g-import-not-at-top
-  return pallas.compiler_params_screen(
+  return _family_screen("pallas compiler params")(
       params, lambda param: screen.drop(name, param))
 
 
@@ -344,9 +369,8 @@ def _screen_check(name: str, params: dict, screen: Screen) -> dict:
   del name
   if screen.trusted:
     return params
-  # lazy: import time (the checkify family imports JAX's checkify).
-  from jaxpr_io.families import checkify as checks  # pylint: disable=g-import-not-at-top
-  for fmt, payload_tree in checks.failed_check_formats(params["err_tree"]):
+  formats = _family_screen("checkify formats")
+  for fmt, payload_tree in formats(params["err_tree"]):
     check_format_string(fmt)
     _check_format_arguments(fmt, payload_tree, what="checkify.check")
   return params
@@ -464,7 +488,7 @@ POLICIES: tuple[Policy, ...] = (
            "the same"),
     Policy("library functions in Equinox, Lineax and Optimistix values "
            "(loop bodies, objective rewrites, norms)", "allowlisted",
-           "one of `jaxpr_io.families.libraries.table.LIBRARY_FUNCTIONS`, by module and "
+           "one of `jaxpr_io.codec.library_table.LIBRARY_FUNCTIONS`, by module and "
            "name; never another function of those packages", "the same"),
     Policy("`debug_print` `fmt`", "validated",
            "fields are names or positions only (no attribute access or "

@@ -11,7 +11,7 @@ import numpy as np
 from jaxpr_io import compat
 from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.format import _proto as pb
-from jaxpr_io.format import dtypes
+from jaxpr_io.codec import dtypes
 from jaxpr_io.codec import params
 from jaxpr_io.codec import registry
 from jaxpr_io.families.hijax import mutable as hi_mutable

@@ -106,7 +106,7 @@ class JaxprEncoder:
 
   def equation(self, i: int, eqn, columns: "_Columns") -> None:
     w, env = self.w, self.env
-    # The equation in the format's vocabulary (jaxpr_io/codec/vocabulary.py).
+    # The equation in the format's vocabulary (jaxpr_io/format/vocabulary.py).
     name, eqn_params = compat.ADAPTER.to_format(w.primitive(eqn.primitive),
                                                 eqn.params)
     for a in eqn.invars:

@@ -11,7 +11,6 @@ rebuilds the same sharing (which JAX's printer shows as `let` bindings).
 from __future__ import annotations
 
 import struct
-import threading
 from typing import Any
 
 import numpy as np
@@ -26,8 +25,8 @@ from jaxpr_io.write import avals
 from jaxpr_io.write import jaxprs
 from jaxpr_io.format import crc
 from jaxpr_io.compat import symbolic
-from jaxpr_io.format import dtypes
-from jaxpr_io.families.libraries import table as libraries
+from jaxpr_io.codec import dtypes
+from jaxpr_io.codec import library_table as libraries
 from jaxpr_io.families.libraries import codecs as library_codecs
 from jaxpr_io.families.pallas import refs as pallas_refs
 from jaxpr_io.codec import params
@@ -35,8 +34,8 @@ from jaxpr_io.pytree import codec as pytrees  # noqa: F401  (registers the treed
 from jaxpr_io.codec import registry
 from jaxpr_io.pytree import write as tree_write
 from jaxpr_io.format import version
-from jaxpr_io.codec import vocabulary
-from jaxpr_io.safety import limits
+from jaxpr_io.format import vocabulary
+from jaxpr_io.format import limits
 from jaxpr_io.errors import UnsupportedError
 
 _DOUBLE = struct.Struct("<d")
@@ -52,21 +51,9 @@ MAX_JAXPR_DEPTH = limits.MAX_JAXPR_DEPTH
 _PLACEHOLDER_CRC = 0xFFFFFFFF
 
 
-class _EquationInputs(threading.local):
-  """The input types of the equation whose params are being encoded, for
-  the codecs registered with `needs_in_avals=True` (None otherwise)."""
-
-  def __init__(self):
-    self.in_avals = None
-
-
-_EQUATION = _EquationInputs()
-
-
-def equation_in_avals() -> tuple | None:
-  """The input types of the equation whose params are being encoded, for a
-  param codec registered with `needs_in_avals=True`; None for other codecs."""
-  return _EQUATION.in_avals
+# The input types of the equation whose params are being encoded (see
+# `jaxpr_io.equation_in_avals`).
+equation_in_avals = registry.equation_in_avals
 
 
 class Writer:
@@ -103,11 +90,11 @@ class Writer:
     self._scope = None  # the symbolic scope of the program's dimensions
     self._keepalive: list[Any] = []  # objects whose id() is a table key
     # Whether the param being encoded holds open jaxprs (see
-    # `jaxpr_io.codec.vocabulary.OPEN_JAXPR_PARAMS`); matters on JAX releases
+    # `jaxpr_io.format.vocabulary.OPEN_JAXPR_PARAMS`); matters on JAX releases
     # where open and closed jaxprs are one type.
     self.open_jaxpr_slot = False
     # Whether it holds a jaxpr closed over the equation's inputs
-    # (`jaxpr_io.codec.vocabulary.CLOSURE_FROM_INPUTS_PARAMS`).
+    # (`jaxpr_io.format.vocabulary.CLOSURE_FROM_INPUTS_PARAMS`).
     self.closure_from_inputs_slot = False
     # Whether it holds Equinox's closure-converted jaxprs, whose constants
     # the equation gets as inputs (`libraries.UNVALUED_CONSTS_PARAMS`).
@@ -181,12 +168,12 @@ class Writer:
       key = (key, tuple([_value_key(a) for a in in_avals]))
     index = self._param_sets.get(key)
     if index is None:
-      saved_avals = _EQUATION.in_avals
-      _EQUATION.in_avals = in_avals
+      saved_avals = registry.EQUATION_INPUTS.in_avals
+      registry.EQUATION_INPUTS.in_avals = in_avals
       try:
         index = self._new_param_set(key, name, values)
       finally:
-        _EQUATION.in_avals = saved_avals
+        registry.EQUATION_INPUTS.in_avals = saved_avals
     return index
 
   def _new_param_set(self, key, name: str, values: dict) -> int:
@@ -508,3 +495,8 @@ def write(closed, in_tree, out_tree, metadata: dict[str, str]):
   """(program message bytes, data layout) of a closed jaxpr."""
   message, layout = write_pending(closed, in_tree, out_tree, metadata)
   return message.finish(layout.crcs()), layout
+
+
+# The param codecs that must encode a value apart (custom rules' fingerprints)
+# make their writer with `registry.new_writer()`.
+registry.set_writer_factory(Writer)

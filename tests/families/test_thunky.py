@@ -22,7 +22,7 @@ import jaxpr_io
 from jaxpr_io import converters
 from jaxpr_io.safety import trust
 from jaxpr_io.safety import validate
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
 from tests.hostile.test_bad_input import assert_rejected, mutated, small

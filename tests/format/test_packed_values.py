@@ -153,7 +153,7 @@ def test_extended_dtypes_are_records_of_registered_extended_types():
 
 def test_the_semaphore_types_are_the_extended_dtypes_registered():
   from jax._src.pallas import core as pallas_core
-  from jaxpr_io.format import dtypes
+  from jaxpr_io.codec import dtypes
   from jaxpr_io.codec import registry
   sem = pallas_core.Semaphore()
   assert dtypes.is_extended(sem)

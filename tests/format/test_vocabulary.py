@@ -1,4 +1,4 @@
-"""The format's vocabulary across JAX releases (jaxpr_io/codec/vocabulary.py).
+"""The format's vocabulary across JAX releases (jaxpr_io/format/vocabulary.py).
 
 * The table of params that hold open jaxprs agrees with JAX 0.10, where open
   and closed jaxprs are different types (on later releases they are one).
@@ -22,7 +22,7 @@ import pytest
 
 import jaxpr_io
 from jaxpr_io import compat
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from jaxpr_io.compat import releases
 from tests.support import programs
 from tests.support import paths

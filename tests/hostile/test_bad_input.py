@@ -40,7 +40,7 @@ from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
 from jaxpr_io.format import crc
 from jaxpr_io.format import equation_edit
-from jaxpr_io.format import dtypes as io_dtypes
+from jaxpr_io.codec import dtypes as io_dtypes
 from tests.support import proto_edit
 from tests.hostile import varint
 

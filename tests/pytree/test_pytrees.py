@@ -25,7 +25,7 @@ import pytest
 import jaxpr_io
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
-from jaxpr_io.families.libraries import table as libraries
+from jaxpr_io.codec import library_table as libraries
 from jaxpr_io.pytree import calls as tree_calls
 from jaxpr_io.pytree import nodes as tree_nodes
 from jaxpr_io.pytree import read as tree_read

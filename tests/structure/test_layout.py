@@ -121,6 +121,46 @@ def test_the_import_graph_has_no_cycle():
       " <-> ".join(c) for c in cycles)
 
 
+# The layers of docs/architecture.md, bottom first: a module imports only
+# from its own folder and the layers below. (errors.py and static.py are
+# leaves that import no jaxpr_io module; the top layer is what users call.)
+LAYERS = (
+    ("errors", "static"),
+    ("format",),
+    ("compat",),
+    ("codec",),
+    ("safety",),
+    ("pytree",),
+    ("families",),
+    ("read", "write"),
+    ("api",),
+    ("jaxpr_io", "converters", "orbax"),
+    ("tools",),
+    ("__main__",),
+)
+_LAYER_OF = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
+
+
+def _folder(module: str) -> str:
+  parts = module.split(".")
+  return parts[1] if len(parts) > 1 else "jaxpr_io"
+
+
+def test_every_folder_has_a_layer():
+  assert {_folder(m) for m in MODULES} <= set(_LAYER_OF)
+
+
+def test_folders_import_only_the_layers_below():
+  upward = []
+  for module, targets in _edges().items():
+    here = _folder(module)
+    for target in targets:
+      there = _folder(target)
+      if there != here and _LAYER_OF[there] >= _LAYER_OF[here]:
+        upward.append(f"{module} -> {target}")
+  assert not upward, "imports against the layers:\n" + "\n".join(upward)
+
+
 def test_the_graph_is_read():
   """The reading above finds the edges it must (a check of the test)."""
   graph = _edges()

@@ -21,7 +21,7 @@ from typing import Any
 from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io.codec import params as param_codecs
-from jaxpr_io.write import writer as writer_lib
+from jaxpr_io.codec import registry
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -185,7 +185,7 @@ class _OpenJaxpr:
 
   Where open and closed jaxprs are one type (JAX 0.11+) the writer takes
   the choice from the param's slot in the vocabulary
-  (`jaxpr_io.codec.vocabulary.OPEN_JAXPR_PARAMS`); the custom-rule params' slots
+  (`jaxpr_io.format.vocabulary.OPEN_JAXPR_PARAMS`); the custom-rule params' slots
   hold closed jaxprs, which is what every rule jaxpr is, so only this one
   needs marking for each release to store what JAX 0.10 stores."""
 
@@ -229,7 +229,7 @@ def _fingerprint(value) -> str:
   """A hash of how `value` is stored, with nested custom rules left out.
   The fresh writer's slot holds closed jaxprs, as the custom-rule params'
   slots do."""
-  w = writer_lib.Writer()
+  w = registry.new_writer()
   message = pb.Value()
   _STATE.fingerprinting += 1
   try:

@@ -48,7 +48,6 @@ from jaxpr_io import compat
 from jaxpr_io.families.custom_rules import common as custom_rule_common
 from jaxpr_io.families.custom_rules import vjp as custom_vjp
 from jaxpr_io.codec import registry
-from jaxpr_io.write import writer as writer_lib
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -121,7 +120,7 @@ def encode_bwd(fun, params: dict):
         f"bwd is a {type(fun).__name__}, not the lu.WrappedFun JAX makes; "
         "only equations traced by JAX can be stored")
   num_res, symbolic_zeros = _plain(params, UnsupportedError)
-  in_avals = writer_lib.equation_in_avals()
+  in_avals = registry.equation_in_avals()
   out_avals, in_zeros = params.get("out_avals"), params.get("in_zeros")
   if (type(out_avals) is not list or type(in_zeros) is not list
       or in_avals is None or len(in_avals) < num_res):

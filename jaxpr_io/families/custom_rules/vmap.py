@@ -7,7 +7,7 @@ inputs with their batch axis first. A file cannot hold Python code, so the
 writer traces the rule for every pattern of batched inputs JAX can ask for,
 with a symbolic axis size `n` (`jax.export.symbolic_shape`), and stores the
 jaxprs; `load` rebuilds a rule that picks the pattern's jaxpr, specializes
-`n` to the actual axis size (jaxpr_io/api/specialize.py) and evaluates it.
+`n` to the actual axis size (jaxpr_io/compat/specialize.py) and evaluates it.
 
 The `rule` param is stored (inside `Value.param_codec`) as
 `(name, rules)`: `name` the rule's `__qualname__` (for printing), `rules` a
@@ -32,7 +32,7 @@ import jax
 
 from jaxpr_io import compat
 from jaxpr_io.codec import registry
-from jaxpr_io.api import specialize
+from jaxpr_io.compat import specialize
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 MAX_BATCHED_INPUTS = 8

@@ -37,6 +37,7 @@ import numpy as np
 from jaxpr_io import compat
 from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import FormatError, UnsupportedError
+from jaxpr_io.codec import params
 from jaxpr_io.codec.registry import register_param_codec
 
 
@@ -247,3 +248,6 @@ def register_hi_primitive(cls: type, *, name: str,
 
 for _name, _cls in compat.ADAPTER.hi_prim_classes.items():
   _register(_cls, _name, _FIELDS[_name])
+
+
+params.register_explainers(refusal=refusal, missing_record=missing_here)

@@ -1,5 +1,5 @@
 """Codecs for the values of the libraries in jaxpr_io's library table
-(jaxpr_io/families/libraries/table.py): what Equinox modules hold as static data, and the
+(jaxpr_io/codec/library_table.py): what Equinox modules hold as static data, and the
 params of the primitives that Equinox's filter primitives make.
 
 ## Records (registered once the library is imported)
@@ -58,7 +58,7 @@ import weakref
 import jax
 
 from jaxpr_io import compat
-from jaxpr_io.families.libraries import table as libraries
+from jaxpr_io.codec import library_table as libraries
 from jaxpr_io.codec import unloaded
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import dead_consts
@@ -148,7 +148,7 @@ def _function_codec():
       raise UnsupportedError(
           f"the function {module}.{qualname} cannot be stored: only the "
           "library functions of jaxpr_io's table "
-          "(jaxpr_io.families.libraries.table.LIBRARY_FUNCTIONS) can; a Python function "
+          "(jaxpr_io.codec.library_table.LIBRARY_FUNCTIONS) can; a Python function "
           "of your own in a module's static data makes it a different "
           "program: pass it as a static leaf or partition it out")
     return (module, qualname)

@@ -29,6 +29,7 @@ from typing import Any
 from jaxpr_io import compat
 from jaxpr_io.compat import pallas as compat_pallas
 from jaxpr_io.codec import registry
+from jaxpr_io.safety import trust
 from jaxpr_io.families.pallas import refs
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -287,3 +288,6 @@ def compiler_params_screen(params: dict, drop) -> dict:
 # `profile_dir` (a path) and `profile_space`.
 _UNTRUSTED_COMPILER_FIELDS = frozenset({"flags", "profile_space",
                                         "profile_dir"})
+
+
+trust.register_family_screen("pallas compiler params", compiler_params_screen)

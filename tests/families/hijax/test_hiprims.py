@@ -23,7 +23,7 @@ from jax._src.numpy import hijax as numpy_hijax
 
 import jaxpr_io
 from jaxpr_io import compat
-from jaxpr_io.format import dtypes
+from jaxpr_io.codec import dtypes
 from jaxpr_io.safety import validate
 from tests.support import proto_edit
 from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,

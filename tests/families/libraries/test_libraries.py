@@ -1,4 +1,4 @@
-"""The library primitive table (jaxpr_io/families/libraries/table.py): Equinox's
+"""The library primitive table (jaxpr_io/codec/library_table.py): Equinox's
 primitives are stored under stable names, and loading imports their module
 from jaxpr_io's own table, never from a name in the file."""
 
@@ -18,7 +18,7 @@ import pytest
 
 import jaxpr_io
 from tests.support import proto_edit
-from jaxpr_io.families.libraries import table as libraries
+from jaxpr_io.codec import library_table as libraries
 from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
 

@@ -27,7 +27,7 @@ import jaxpr_io
 from jaxpr_io import compat
 from jaxpr_io import converters
 from jaxpr_io.safety import validate
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from tests.support.roundtrip import assert_roundtrip
 
 _JAX_010 = compat.JAX_VERSION.startswith("0.10.")

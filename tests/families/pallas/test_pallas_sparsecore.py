@@ -16,7 +16,7 @@ its memory effect), `scan_count` (JAX 0.10 names it `unique`),
 
 The kernels copy with `pltpu.sync_copy`, whose `run_scoped` bodies close
 over the kernel's refs (JAX 0.11+ keep them as the body's constants; the
-format stores the body open, jaxpr_io.codec.vocabulary.CLOSURE_FROM_INPUTS_PARAMS).
+format stores the body open, jaxpr_io.format.vocabulary.CLOSURE_FROM_INPUTS_PARAMS).
 """
 
 from __future__ import annotations

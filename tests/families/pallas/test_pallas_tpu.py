@@ -29,7 +29,7 @@ import jaxpr_io
 from jaxpr_io import compat
 from jaxpr_io import converters
 from jaxpr_io.safety import validate
-from jaxpr_io.codec import vocabulary
+from jaxpr_io.format import vocabulary
 from tests.support.roundtrip import assert_roundtrip
 
 X = np.arange(8 * 128, dtype=np.float32).reshape(8, 128) / 64.0

@@ -178,7 +178,7 @@ def find_function(module_name: str, qualname: str):
   if (module_name, qualname) not in LIBRARY_FUNCTIONS:
     return None, (f"{module_name}.{qualname} is not in jaxpr_io's table of "
                   "library functions a file may name "
-                  "(jaxpr_io.families.libraries.table.LIBRARY_FUNCTIONS)")
+                  "(jaxpr_io.codec.library_table.LIBRARY_FUNCTIONS)")
   module, reason = _find_module(module_name)
   if module is None:
     return None, reason
