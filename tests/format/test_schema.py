@@ -1,6 +1,6 @@
 """The schema cannot change silently.
 
-* The committed descriptor (jaxpr_io/_proto/jaxpr.desc) must be what protoc
+* The committed descriptor (jaxpr_io/format/_proto/jaxpr.desc) must be what protoc
   makes of schema/jaxpr.proto today: editing the .proto without regenerating
   fails here.
 * Its fingerprint must be the one recorded for the current FORMAT_VERSION:
@@ -37,8 +37,8 @@ def test_descriptor_is_fresh(tmp_path):
   committed = descriptor_pb2.FileDescriptorSet.FromString(
       pb.DESCRIPTOR_SET_BYTES)
   assert fresh == committed, (
-      "schema/jaxpr.proto changed: regenerate jaxpr_io/_proto/jaxpr.desc "
-      "(see jaxpr_io/_proto/__init__.py) and bump FORMAT_VERSION")
+      "schema/jaxpr.proto changed: regenerate jaxpr_io/format/_proto/jaxpr.desc "
+      "(see jaxpr_io/format/_proto/__init__.py) and bump FORMAT_VERSION")
 
 
 def test_schema_change_bumps_format_version():
@@ -46,8 +46,8 @@ def test_schema_change_bumps_format_version():
   recorded = version.SCHEMA_FINGERPRINTS.get(version.FORMAT_VERSION)
   assert fingerprint == recorded, (
       f"the schema's fingerprint {fingerprint} is not the one recorded for "
-      f"format version {version.FORMAT_VERSION}: bump FORMAT_VERSION, add a "
-      "changelog entry and record the new fingerprint in "
+      f"format version {version.FORMAT_VERSION}: bump FORMAT_VERSION, add its "
+      "entry to schema/CHANGELOG.md and record the new fingerprint in "
       "jaxpr_io/format/version.py")
 
 
