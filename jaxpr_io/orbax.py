@@ -113,7 +113,7 @@ class ProgramSave(ocp.args.CheckpointArgs):
 class ProgramRestore(ocp.args.CheckpointArgs):
   """Restore the saved program. `check=True` also proves it runs (see
   `jaxpr_io.load`); `trusted=True` grants what the file asks for beyond the
-  computation (donation, compiler options, ...; README "Trust model").
+  computation (donation, compiler options, ...; docs/trust-model.md).
 
   `bind` restores the program already bound (`Program.bind`), as
   `jaxpr-load --bind` does: a mapping from a positional index (0, 1, ...,

@@ -23,8 +23,8 @@ the reader; use it only for files you wrote. What protects the process from
 aborting (enum values, mesh shapes, device ids, dimension expressions,
 nesting depth) is validated whatever `trusted` says.
 
-`POLICIES` is the table the README's trust-model section lists; a test keeps
-the two in step.
+`POLICIES` is the table docs/trust-model.md lists; a test keeps the two in
+step.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class DroppedParamWarning(UserWarning):
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-  """One row of the trust-model table (README, "Trust model of `load`")."""
+  """One row of the trust-model table (docs/trust-model.md)."""
   what: str            # the primitive and param, or the record or value
   action: str          # "dropped", "allowlisted", "validated" or
   #                      "trusted only" (refused in untrusted files)
@@ -528,8 +528,8 @@ POLICIES: tuple[Policy, ...] = (
 
 
 def policy_table() -> str:
-  """The README's trust-model table, from `POLICIES` and the limits the
-  modules that enforce them define."""
+  """The trust-model table of docs/trust-model.md, from `POLICIES` and the
+  limits the modules that enforce them define."""
   values = dict(
       max_exponent=dim_grammar.MAX_EXPONENT,
       max_parens=dim_grammar.MAX_NESTING,

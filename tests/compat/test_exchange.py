@@ -2,9 +2,9 @@
 0.10, 0.11 and 0.12 in both directions.
 
 `test_exchange_table` judges a finished exchange: set JAXPR_IO_EXCHANGE_DIR
-to the OUTDIR of `tests/exchange/run_all.sh` (skipped otherwise). Every
+to the OUTDIR of `tests/compat/exchange/run_all.sh` (skipped otherwise). Every
 cell of the writer x reader table must pass, apart from the failures
-listed in tests/exchange/expected.py; the releases that must be present
+listed in tests/compat/exchange/expected.py; the releases that must be present
 are JAXPR_IO_EXCHANGE_RELEASES (default "0.10,0.11,0.12").
 
 `test_self_exchange` needs nothing: it writes a sample of this release's
@@ -36,7 +36,7 @@ def test_exchange_table():
   outdir = os.environ.get("JAXPR_IO_EXCHANGE_DIR")
   if not outdir:
     pytest.skip("set JAXPR_IO_EXCHANGE_DIR to the OUTDIR of "
-                "tests/exchange/run_all.sh")
+                "tests/compat/exchange/run_all.sh")
   releases = os.environ.get("JAXPR_IO_EXCHANGE_RELEASES",
                             "0.10,0.11,0.12").split(",")
   text, ok = table.render(pathlib.Path(outdir), releases)

@@ -256,7 +256,7 @@ def test_scheduling_group_round_trips_with_its_metadata():
 
 def test_scheduling_group_is_stored_in_the_vocabulary_form():
   # Every release stores JAX 0.11's params, so each reads the others' files
-  # (tests/exchange runs them across releases).
+  # (tests/compat/exchange runs them across releases).
   msg = proto_edit.message(jaxpr_io.dumps(jaxpr_io.trace(_grouped, X)))
   (eqn,) = proto_edit.by_primitive(msg, "xla_metadata_call")
   names = {msg.strings[p.name]

@@ -46,8 +46,8 @@ def test_schema_change_bumps_format_version():
   recorded = version.SCHEMA_FINGERPRINTS.get(version.FORMAT_VERSION)
   assert fingerprint == recorded, (
       f"the schema's fingerprint {fingerprint} is not the one recorded for "
-      f"format version {version.FORMAT_VERSION}: bump FORMAT_VERSION, add a "
-      "changelog entry and record the new fingerprint in "
+      f"format version {version.FORMAT_VERSION}: bump FORMAT_VERSION, add its "
+      "entry to schema/CHANGELOG.md and record the new fingerprint in "
       "jaxpr_io/format/version.py")
 
 

@@ -6,7 +6,7 @@ it. For each, the test asserts `FormatError` at load, or the documented safe
 handling (a `DroppedParamWarning` and a harmless program, an allowlist, a
 validated grammar), and no side effect: no file written, no secret printed,
 no caller buffer deleted, bounded time and memory. Every hostile case runs in
-a subprocess (tests/hostile/run_child), so that an abort fails the test
+a subprocess (`run_child` in tests/hostile/__init__.py), so that an abort fails the test
 instead of killing pytest.
 
 The findings, in order: 1. `ffi_call` targets; 2. `debug_print` format

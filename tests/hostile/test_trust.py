@@ -2,8 +2,8 @@
 
 tests/hostile/test_hostile.py crafts hostile files at the protobuf level and runs
 them in subprocesses; these tests check the policy's pieces in-process: the
-README's table, the format-string grammar, the FFI allowlist and the
-dropped params, against programs traced here.
+table of docs/trust-model.md, the format-string grammar, the FFI allowlist
+and the dropped params, against programs traced here.
 """
 
 import os
@@ -22,11 +22,11 @@ from tests.support import paths
 ROOT = paths.ROOT
 
 
-def test_readme_table_matches_the_code():
-  with open(os.path.join(ROOT, "README.md")) as f:
-    readme = f.read()
+def test_docs_table_matches_the_code():
+  with open(os.path.join(ROOT, "docs", "trust-model.md")) as f:
+    page = f.read()
   table = re.search(r"<!-- trust-table -->\n(.*?)<!-- /trust-table -->",
-                    readme, re.S)
+                    page, re.S)
   assert table is not None
   assert table.group(1) == trust.policy_table()
 

@@ -1,14 +1,14 @@
 """Message classes of schema/jaxpr.proto.
 
 The schema is compiled by protoc into `jaxpr.desc` (a serialized
-FileDescriptorSet, committed; tests/test_schema_version.py fails when it is
+FileDescriptorSet, committed; tests/format/test_schema.py fails when it is
 stale). Building the classes from the descriptor at import time, rather than
 committing protoc's Python output, keeps the package independent of the
 protobuf runtime's gencode version checks: any protobuf >= 4.25 works.
 
 Regenerate after editing the schema:
   python -m grpc_tools.protoc -Ischema \
-      --descriptor_set_out=jaxpr_io/_proto/jaxpr.desc schema/jaxpr.proto
+      --descriptor_set_out=jaxpr_io/format/_proto/jaxpr.desc schema/jaxpr.proto
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ loaded and run under every other one.
     python -m tests.compat.exchange.table OUTDIR   # writer x reader table; exit 1
                                             # on an unexpected failure
 
-`tests/exchange/run_all.sh` runs the whole exchange ($PY010, $PY011, $PY012).
+`tests/compat/exchange/run_all.sh` runs the whole exchange ($PY010, $PY011, $PY012).
 Layout of OUTDIR:
 
     OUTDIR/<jax version>/manifest.json       what the writer wrote, and why

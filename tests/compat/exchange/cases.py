@@ -3,7 +3,7 @@
 `enumerate_cases()` yields `(name, builder)` pairs in a stable order; a
 builder takes no arguments and returns a `Case`. Names are stable across
 releases (`harness.<group>`, `zoo.<name>`, `programs.<name>`, ...), so
-expected failures (tests/exchange/expected.py) can refer to them.
+expected failures (tests/compat/exchange/expected.py) can refer to them.
 
 Everything here must run unchanged on JAX 0.10, 0.11 and 0.12: only public
 JAX APIs, apart from JAX's own primitive harnesses (jax._src), which exist in
@@ -36,7 +36,7 @@ class Case:
     trace_args: what the program is traced with, when not `args` (the
       symbolic-shape case traces `ShapeDtypeStruct`s and runs arrays).
     info: free text for the manifest (e.g. the harness's full name).
-    checks: the results to record (tests/exchange/common.py CHECKS), where
+    checks: the results to record (tests/compat/exchange/common.py CHECKS), where
       the original program supports them.
   """
   fn: Callable

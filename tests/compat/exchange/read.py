@@ -6,7 +6,7 @@ For every OUTDIR/<writer version>/manifest.json (this release's own set
 included), loads each written case with `jaxpr_io.load(path, check=True)`,
 computes its results on the saved inputs exactly as the writer did (one
 jitted function: outputs, jax.grad of the loss, jvp, vmap; see
-tests/exchange/common.py) and compares them with the writer's: bit for bit
+tests/compat/exchange/common.py) and compares them with the writer's: bit for bit
 when the writer ran this same JAX version, within tight tolerances
 otherwise (integers, bools and keys exactly).
 

@@ -3,7 +3,7 @@
 # reads every set, then the writer x reader table.
 #
 #   PY010=/path/to/python-with-jax-0.10 PY011=... PY012=... \
-#     tests/exchange/run_all.sh OUTDIR
+#     tests/compat/exchange/run_all.sh OUTDIR
 #
 # Each PY0xx is a Python with that JAX release and jaxpr_io installed. The
 # three writes run concurrently, then the three reads (set PARALLEL=0 to run

@@ -5,7 +5,7 @@
 Rows are writer releases, columns reader releases; each cell is
 "passed/total", where total counts every case the writer meant to write
 (a case it failed to write fails in every column of its row) and
-expected failures (tests/exchange/expected.py) that failed as expected
+expected failures (tests/compat/exchange/expected.py) that failed as expected
 count as passed. Below the table: every failure by name with its error.
 
 Exit status 1 if any failure is unexpected, if a writer or reader could not
@@ -159,7 +159,7 @@ class Report:
     out += self.failures
     sections = (
         ("Expected failures", self.expected),
-        ("Listed in tests/exchange/expected.py but passed (remove them "
+        ("Listed in tests/compat/exchange/expected.py but passed (remove them "
          "there)", self.stale),
         ("Passed with notes", self.notes),
         ("Problems", [f"  {p}" for p in self.problems]))

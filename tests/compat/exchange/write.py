@@ -4,7 +4,7 @@
 
 Creates OUTDIR/<jax version>/ with, per case, <case>.jaxpr (jaxpr_io.save
 of the traced program) and <case>.npz (inputs, and the traced program's
-outputs, gradient, jvp and vmap results: see tests/exchange/common.py), and
+outputs, gradient, jvp and vmap results: see tests/compat/exchange/common.py), and
 manifest.json:
 
     {"jax_version": ..., "jaxlib_version": ..., "jaxpr_io_version": ...,
