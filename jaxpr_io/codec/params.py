@@ -366,8 +366,6 @@ def encode_record(w, v, out, depth):
 def decode_record(r, msg, depth):
   name = r.string(msg.record.type)
   codec = registry.RECORDS.by_name.get(name)
-  if codec is None and registry.load_more():
-    codec = registry.RECORDS.by_name.get(name)
   if codec is None:
     # A record of a library in jaxpr_io's table (an Equinox sentinel):
     # registered once that library is imported, from the table.
@@ -379,6 +377,8 @@ def decode_record(r, msg, depth):
       # In a pytree node's auxdata: the node loads as a plain container.
       fields = tuple(decode_value(r, f, depth + 1) for f in msg.record.fields[:])
       return unloaded.UnloadedRecord(name, fields)
+  if codec is None and registry.load_more():  # a family not loaded yet
+    codec = registry.RECORDS.by_name.get(name)
   if codec is None:
     for explain in _MISSING_RECORD_EXPLAINERS:
       if (why := explain(name)) is not None:

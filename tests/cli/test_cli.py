@@ -13,6 +13,9 @@ import pytest
 
 import jaxpr_io
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 BIN = os.path.dirname(sys.executable)
 DUMP = shutil.which("jaxpr-dump", path=BIN) or "jaxpr-dump"
 LOAD = shutil.which("jaxpr-load", path=BIN) or "jaxpr-load"

@@ -4,6 +4,7 @@ installation maps into it."""
 
 from __future__ import annotations
 
+import pytest
 import os
 import shutil
 import subprocess
@@ -14,6 +15,9 @@ import numpy as np
 
 import jaxpr_io
 from tests.support import paths
+
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
 
 
 def _checkout_python(tmp_path, *args):

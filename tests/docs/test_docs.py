@@ -69,6 +69,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # The pages that run, in the order of docs/index.md.

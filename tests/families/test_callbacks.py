@@ -26,6 +26,7 @@ from jax.experimental import io_callback
 import jaxpr_io
 from jaxpr_io.compat import tables as compat_tables
 import jaxpr_io.families.callbacks as callbacks
+from jaxpr_io.compat import tree_tuples
 from jaxpr_io import FormatError, UnsupportedError, compat
 from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,
                              run_fresh_python)
@@ -328,7 +329,7 @@ def test_fresh_process_needs_the_registration(tmp_path):
 ])
 def test_treedef_values(tree):
   treedef = jax.tree_util.tree_structure(tree)
-  assert callbacks.decode_treedef(callbacks.encode_treedef(treedef)) == treedef
+  assert tree_tuples.decode_treedef(tree_tuples.encode_treedef(treedef)) == treedef
 
 
 def test_unregistered_pytree_node_is_refused():
@@ -336,7 +337,7 @@ def test_unregistered_pytree_node_is_refused():
     a: object
   treedef = jax.tree_util.tree_structure(Opaque(1))
   with pytest.raises(UnsupportedError, match="register_namedtuple_serial"):
-    callbacks.encode_treedef(treedef)
+    tree_tuples.encode_treedef(treedef)
 
 
 @pytest.mark.parametrize("stored, match", [
@@ -352,7 +353,7 @@ def test_unregistered_pytree_node_is_refused():
 ])
 def test_bad_treedef_values(stored, match):
   with pytest.raises(FormatError, match=match):
-    callbacks.decode_treedef(stored)
+    tree_tuples.decode_treedef(stored)
 
 
 def _codec(primitive, param):

@@ -302,5 +302,5 @@ def test_unreduced_kind_field_is_checked():
   with pytest.raises(jaxpr_io.FormatError, match="without unreduced"):
     mesh_records.decode_partition_spec((("i",), frozenset(), frozenset(), "max"))
   with pytest.raises(jaxpr_io.FormatError, match="ManualAxisType"):
-    records.decode_manual_axis_type(
+    mesh_records.decode_manual_axis_type(
         (frozenset(), frozenset(), frozenset(), "mean"))

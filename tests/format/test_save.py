@@ -42,6 +42,9 @@ import numpy as np
 import jax, jax.numpy as jnp
 import jaxpr_io
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 path, megabytes, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if mode == "named" and hasattr(os, "O_TMPFILE"):
   del os.O_TMPFILE  # as on a system without it

@@ -23,6 +23,9 @@ from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
 from tests.fuzz import mutate, runner, seeds
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 _CASES = int(os.environ.get("JAXPR_IO_FUZZ_CASES", "300"))
 _SEED = 20240601
 

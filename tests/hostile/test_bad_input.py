@@ -44,6 +44,9 @@ from jaxpr_io.codec import dtypes as io_dtypes
 from tests.support import proto_edit
 from tests.hostile import varint
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 FormatError = jaxpr_io.FormatError
 FORMAT_VERSION = jaxpr_io.FORMAT_VERSION
 

@@ -36,6 +36,9 @@ from tests.hostile import (Enum, Rec, axis_type, craft, data_section, eqns,
                            records, records_in, replace_string, root_jaxpr,
                            run_child, set_value)
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 F32 = jnp.float32
 X4 = np.arange(1, 5, dtype=np.float32)
 X84 = np.arange(32, dtype=np.float32).reshape(8, 4) / 7

@@ -17,6 +17,9 @@ import pytest
 
 from tests.support import paths
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 PACKAGE = pathlib.Path(paths.ROOT) / "jaxpr_io"
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80

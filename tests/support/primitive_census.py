@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import fcntl
 import os
 import pkgutil
 import sys
@@ -232,10 +233,13 @@ def add_coverage(path: str, seen_primitives) -> None:
   collects them). Keys, not names: census keys tell apart primitives that
   share a name."""
   keys = {key for key, (prim, _) in census().items() if prim in seen_primitives}
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      keys.update(line.strip() for line in f if line.strip())
-  with open(path, "w", encoding="utf-8") as f:
+  # pytest-xdist's workers finish at once: each merges under a lock.
+  with open(path, "a+", encoding="utf-8") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    keys.update(line.strip() for line in f if line.strip())
+    f.seek(0)
+    f.truncate()
     f.writelines(key + "\n" for key in sorted(keys))
 
 

@@ -35,6 +35,9 @@ from tests.support.zoo import ZOO as ZOO1
 from tests.support.zoo2 import REFUSED, ZOO2
 from tests.support import paths
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 ROOT = pathlib.Path(paths.ROOT)
 NODE = shutil.which("node") or "node"
 HAVE_NODE = shutil.which("node") is not None

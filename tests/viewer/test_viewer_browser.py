@@ -32,10 +32,10 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 
 # CI (.ci/run) installs the browser and sets JAXPR_IO_REQUIRE_VIEWER_TOOLS:
 # there a missing browser fails the tests instead of skipping them.
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.once, pytest.mark.skipif(
     viewer_browser.missing() is not None
     and not os.environ.get("JAXPR_IO_REQUIRE_VIEWER_TOOLS"),
-    reason=str(viewer_browser.missing()))
+    reason=str(viewer_browser.missing()))]
 
 
 def scan_program():
