@@ -36,7 +36,7 @@ CORE = (
     "libraries.codecs",
     "remat",
     "sharding",
-    "thunks",
+    "jaxpr_callables",  # linear_call, remat_opt
 )
 
 # Extension families -> the JAX modules whose objects they store; a family

@@ -215,7 +215,7 @@ def test_shard_alike_round_trips():
 @pytest.mark.skipif(_JAX_010, reason="JAX 0.12's relayout")
 def test_relayout_round_trips_with_its_layout():
   # relayout sets the output aval's layout (format version 7 stores it;
-  # tests/read_write/test_version7.py has the crafted-file tests).
+  # tests/read_write/test_futures_and_layouts.py has the crafted-file tests).
   from jax._src import pjit  # pylint: disable=g-import-not-at-top
   from jax.experimental import layout  # pylint: disable=g-import-not-at-top
   f = lambda x: pjit.relayout(x, layout.Layout((0,)))

@@ -8,7 +8,7 @@ stores what it returns, `(jaxpr, consts)`, as one closed jaxpr: the consts
 are its constants (stored value, inside `Value.param_codec`: a closed jaxpr
 reference). The reader rebuilds a thunk that returns that jaxpr and those
 consts, in the form the running JAX release expects
-(jaxpr_io/compat/thunks.py). No code is stored: the jaxpr is data, as
+(jaxpr_io/compat/jaxpr_callables.py). No code is stored: the jaxpr is data, as
 any other sub-jaxpr.
 
 Added in format version 6 (after its first release: an older reader refuses
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from jaxpr_io import compat
 from jaxpr_io.codec import registry
-from jaxpr_io.compat import thunks as compat_thunks
+from jaxpr_io.compat import jaxpr_callables as compat_callables
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 
@@ -113,10 +113,10 @@ def _codec(what: str, close: Callable, open_: Callable,
 
 
 for _primitive, _param, _close, _open, _types in (
-    ("linear_call", "transpose_thunk", compat_thunks.close_leading_invars,
-     compat_thunks.to_leading_invars, _transpose_types),
-    ("remat_opt", "fun_jaxpr_thunk", compat_thunks.close_traced,
-     compat_thunks.to_traced, _primal_types)):
+    ("linear_call", "transpose_thunk", compat_callables.close_leading_invars,
+     compat_callables.to_leading_invars, _transpose_types),
+    ("remat_opt", "fun_jaxpr_thunk", compat_callables.close_traced,
+     compat_callables.to_traced, _primal_types)):
   _encode, _decode = _codec(f"{_primitive}'s {_param}", _close, _open, _types)
   registry.register_eqn_param_codec(_primitive, _param, encode=_encode,
                                     decode=_decode)
