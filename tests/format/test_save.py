@@ -33,6 +33,9 @@ from tests.support import paths
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="uses /proc and O_TMPFILE")
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 # Saves a program closing over `MB` megabytes to `PATH`; after the first
 # write of at least 1 MiB it reports whether it writes to an anonymous
 # (O_TMPFILE) or a named file, and stalls, until killed.
@@ -41,9 +44,6 @@ import os, sys, time
 import numpy as np
 import jax, jax.numpy as jnp
 import jaxpr_io
-
-# Release-independent: CI runs it under one release (docs/testing.md).
-pytestmark = pytest.mark.once
 
 path, megabytes, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if mode == "named" and hasattr(os, "O_TMPFILE"):
