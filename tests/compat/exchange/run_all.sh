@@ -17,7 +17,7 @@ if [[ $# -ne 1 || -z "${PY010:-}" || -z "${PY011:-}" || -z "${PY012:-}" ]]; then
   exit 2
 fi
 outdir=$(mkdir -p "$1" && cd "$1" && pwd)
-cd "$(dirname "$0")/../.."   # the repository root: tests/ is a package
+cd "$(dirname "$0")/../../.."   # the repository root: tests/ is a package
 pythons=("$PY010" "$PY011" "$PY012")
 parallel=${PARALLEL:-1}
 
