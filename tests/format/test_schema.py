@@ -23,6 +23,9 @@ from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import version
 from tests.support import paths
 
+# Release-independent: CI runs it under one release (docs/testing.md).
+pytestmark = pytest.mark.once
+
 ROOT = paths.ROOT
 
 

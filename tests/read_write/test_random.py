@@ -21,6 +21,7 @@ import pytest
 import jaxpr_io
 from jaxpr_io import compat
 from tests.support.roundtrip import assert_bit_identical, assert_roundtrip
+from tests.support.groups import grouped
 
 IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 X = np.linspace(-1.0, 1.0, 6, dtype=np.float32)
@@ -88,7 +89,7 @@ def _together(original, loaded, transform=lambda p: p):
                                 transform(loaded)(*args)))
 
 
-@pytest.fixture(scope="module", params=IMPLS)
+@pytest.fixture(scope="module", params=grouped(IMPLS, "random"))
 def typed(request):
   impl = request.param
   key = jax.random.key(0, impl=impl)

@@ -16,9 +16,10 @@ import jaxpr_io
 from tests.support.programs import PROGRAMS
 from tests.support.roundtrip import (assert_roundtrip, assert_same_outcome, ones_like,
                              scalar)
+from tests.support.groups import grouped
 
 
-@pytest.fixture(scope="module", params=sorted(PROGRAMS))
+@pytest.fixture(scope="module", params=grouped(sorted(PROGRAMS), "roundtrip"))
 def case(request):
   fn, args, kwargs = PROGRAMS[request.param]
   original = jaxpr_io.trace(fn, *args, **kwargs)

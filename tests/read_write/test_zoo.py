@@ -28,6 +28,7 @@ from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome, ones_like, scalar)
 from tests.support.zoo import ZOO as ZOO1
 from tests.support.zoo2 import REFUSED, ZOO2
+from tests.support.groups import grouped
 
 # Both zoos, tested alike: the first (issue 3) and the second, of the parts
 # of JAX the first leaves out (issue 12).
@@ -39,7 +40,7 @@ def _refused_here(name: str) -> bool:
   return name in REFUSED and REFUSED[name][0]
 
 
-@pytest.fixture(scope="module", params=sorted(ZOO))
+@pytest.fixture(scope="module", params=grouped(sorted(ZOO), "zoo"))
 def case(request):
   fn, args, kwargs = ZOO[request.param]()
   original = jaxpr_io.trace(fn, *args, **kwargs)

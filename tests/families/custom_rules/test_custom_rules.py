@@ -38,6 +38,7 @@ from jaxpr_io.format import container
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,
                              assert_same_outcome)
+from tests.support.groups import grouped
 
 F32 = np.float32
 
@@ -261,7 +262,7 @@ BATCHED_TRANSFORMS = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(PROGRAMS))
+@pytest.fixture(scope="module", params=grouped(sorted(PROGRAMS), "custom_rules"))
 def case(request):
   fn, args = PROGRAMS[request.param]
   original = jaxpr_io.trace(fn, *args)
