@@ -35,15 +35,16 @@ def _cases():
   seen_groups = set()
   cases = []
   for x64 in (False, True):
-    for h in _harnesses(x64):
+    # In name order: the suite's own order varies with the hash seed, and
+    # the first harness of each group must be the same in every process
+    # (pytest-xdist's workers collect separately).
+    for h in sorted(_harnesses(x64), key=lambda h: h.fullname):
       picked = zlib.crc32(h.fullname.encode()) % SAMPLE == 0
       first_of_group = (h.group_name, x64) not in seen_groups
       if picked or first_of_group:
         seen_groups.add((h.group_name, x64))
         cases.append(pytest.param(h, x64, id=f"{h.fullname}-x64={x64}"))
-  # The suite's own order varies with the hash seed: sorted, every
-  # pytest-xdist worker collects the same list.
-  return sorted(cases, key=lambda p: p.id)
+  return cases
 
 
 @pytest.mark.parametrize("harness,x64", _cases())
