@@ -106,6 +106,11 @@ def name_of(primitive) -> str | None:
   return None
 
 
+def is_library_name(name: str) -> bool:
+  """Whether `name` is the serialized name of a library primitive."""
+  return name in _BY_NAME
+
+
 def load(name: str) -> Any | None:
   """The primitive of serialized name `name`, importing its module from the
   table; None when `name` is not in the table."""

@@ -98,8 +98,7 @@ class _Primitives:
               and (import_all or m in sys.modules)]
       found = compat_tables.builtin_primitives(todo,
                                                imported_only=not import_all)
-      self._scanned.update(todo if import_all else
-                           [m for m in todo if m in sys.modules])
+      self._scanned.update(todo)
       self._scanned_all = import_all
       for name, prim in found.items():
         if self._registry.by_name.get(name) is not prim:
@@ -137,12 +136,13 @@ class _Primitives:
     name = compat_tables.PRIMITIVE_RENAMES.get(name, name)
     table = self._table()
     primitive = table.by_name.get(name)
+    if primitive is None and libraries.is_library_name(name):
+      # Its library's module, not the rest of JAX's (Pallas, sparse, ...).
+      return libraries.load(name)
     if primitive is None and not self._scanned_all:
       self._scan(import_all=True)
       load_more()  # the families of the modules just imported
       primitive = table.by_name.get(name)
-    if primitive is None:
-      primitive = libraries.load(name)
     return primitive
 
 

@@ -51,7 +51,6 @@ EXTENSIONS = {
 
 _lock = threading.RLock()
 _loaded: set[str] = set()
-_core_done = False
 
 
 def _load(names) -> None:
@@ -64,10 +63,8 @@ def _load(names) -> None:
 
 def load_core() -> None:
   """Imports the core families (idempotent; cheap once done)."""
-  global _core_done
-  if not _core_done:
+  if not _loaded.issuperset(CORE):
     _load(CORE)
-    _core_done = True
 
 
 def load_imported() -> None:
