@@ -28,3 +28,20 @@ MAX_KEY_NESTING = 8
 # program costs about 16x its file size, a file of tiny equations 60x).
 MEMORY_FACTOR = 16
 FIXED_OVERHEAD = 64 << 20
+
+# What the cost model (jaxpr_io/safety/costs.py) charges for each pytree
+# node of a tree the file describes, counted at every use of a shared node:
+# JAX's `PyTreeDef` holds one C++ node for each node of the expanded tree,
+# and the skeleton it is built from, flattening and key paths visit each
+# (measured: about 130 bytes a node on jax 0.10 and 0.12).
+TREE_NODE_COST = 200
+
+# `check=True` walks a program with every use of a shared sub-jaxpr inlined:
+# JAX's type checker, its printer's sharing analysis and lowering re-walk a
+# sub-jaxpr at each use, and XLA inlines calls before compiling. An
+# untrusted file may expand to at most CHECKED_EQUATIONS_FIXED +
+# CHECKED_EQUATIONS_PER_STORED x its stored equations; a trusted one to
+# MAX_CHECKED_EQUATIONS.
+CHECKED_EQUATIONS_FIXED = 20_000
+CHECKED_EQUATIONS_PER_STORED = 16
+MAX_CHECKED_EQUATIONS = 2_000_000

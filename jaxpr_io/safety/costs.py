@@ -1,0 +1,177 @@
+"""The cost model of an untrusted file: every quantity that building,
+checking, printing, calling, converting or viewing a program can expand
+beyond the file's size, how it is counted from the file's tables, and its
+limit.
+
+`QUANTITIES` is the registry (`register_quantity`, one call per quantity);
+`cost_table()` renders it as the table of docs/trust-model.md ("## Cost
+model"), which tests/hostile/test_costs.py checks against this module. The
+counting itself works on the `Program` message, before anything is built:
+`TreeCounts` counts the nodes and leaves of pytrees with shared nodes
+expanded, each table entry once. The reader (jaxpr_io/read/reader.py)
+charges what it counts against the load's memory budget
+(jaxpr_io/format/limits.py), and `check=True` (jaxpr_io/api/program.py)
+applies `checked_equations_limit`. The viewer's JavaScript reader
+(viewer/src/reader.js) counts and charges pytrees the same way, with the
+same constants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxpr_io.format import limits
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantity:
+  """One row of the cost table: what is counted, how, and its limit."""
+  name: str
+  counted: str
+  limit: str
+
+
+QUANTITIES: dict[str, Quantity] = {}
+
+
+def register_quantity(*, name: str, counted: str, limit: str) -> Quantity:
+  """Adds a row to the cost model's table (docs/trust-model.md); a name
+  registered twice is an error."""
+  if name in QUANTITIES:
+    raise ValueError(f"cost quantity {name!r} is registered twice")
+  for text in (name, counted, limit):
+    if "|" in text or "\n" in text:
+      raise ValueError(f"a cost table cell cannot hold '|' or a newline: "
+                       f"{text!r}")
+  QUANTITIES[name] = quantity = Quantity(name, counted, limit)
+  return quantity
+
+
+def cost_table() -> str:
+  """The markdown table of docs/trust-model.md's "## Cost model"."""
+  rows = ["| quantity | how it is counted | limit |", "| --- | --- | --- |"]
+  rows += [f"| {q.name} | {q.counted} | {q.limit} |"
+           for q in QUANTITIES.values()]
+  return "\n".join(rows) + "\n"
+
+
+_BUDGET = (f"{limits.MEMORY_FACTOR}x the file's size + "
+           f"{limits.FIXED_OVERHEAD >> 20} MiB")
+
+register_quantity(
+    name="objects a load builds",
+    counted="each entry of the string, param set, name stack, context, "
+            "aval, array, equation kind and pytree tables, each stored "
+            "equation and variable, at its measured size in Python",
+    limit=f"charged before the table or jaxpr is built, against {_BUDGET} "
+          "(no limit with `trusted=True`)")
+register_quantity(
+    name="pytree nodes",
+    counted="every node of each tree the file describes (the signatures "
+            "`in_tree` and `out_tree`, and each `treedef` value: equation "
+            "params, custom rules, pytree auxdata and keys, a box's "
+            "contents), a shared node (`PyTree.shared`) counted at each of "
+            "its uses; each shared entry is counted once, from the entries "
+            "before it, so counting is linear in the file",
+    limit=f"{limits.TREE_NODE_COST} bytes a node, charged against the same "
+          "budget before the tree is built (no limit with `trusted=True`); "
+          "the viewer's reader and `jaxpr-load --html` charge the same")
+register_quantity(
+    name="pytree leaves",
+    counted="as nodes: the leaves below each node, shared nodes counted at "
+            "each use",
+    limit="a signature may not have more leaves than the program has "
+          "inputs (`in_tree`) or outputs (`out_tree`), checked before it "
+          "is built; a `treedef` value's leaves are among its nodes")
+register_quantity(
+    name="inlined equations",
+    counted="per jaxpr, its equations plus, for each, the inlined "
+            "equations of the sub-jaxprs its params name (each jaxpr "
+            "counted once, from the sub-jaxprs before it)",
+    limit=f"`check=True` refuses more than "
+          f"{limits.CHECKED_EQUATIONS_FIXED:,} + "
+          f"{limits.CHECKED_EQUATIONS_PER_STORED}x the stored equations "
+          f"(with `trusted=True`: {limits.MAX_CHECKED_EQUATIONS:,}), naming "
+          "the first jaxpr over it; a load builds each sub-jaxpr once")
+
+
+def checked_equations_limit(stored_equations: int, trusted: bool) -> int:
+  """How many inlined equations `check=True` walks at most (the
+  "inlined equations" row)."""
+  if trusted:
+    return limits.MAX_CHECKED_EQUATIONS
+  return min(limits.MAX_CHECKED_EQUATIONS,
+             limits.CHECKED_EQUATIONS_FIXED
+             + limits.CHECKED_EQUATIONS_PER_STORED * stored_equations)
+
+
+# Counts saturate here: a file of n shared entries can describe 2**n nodes.
+_CAP = 1 << 62
+
+# `PyTree.Kind` numbers (schema/jaxpr.proto) that count as leaves.
+_LEAF = 1
+
+
+class TreeCounts:
+  """(nodes, leaves) of the pytrees of one `Program` message, with every
+  use of a shared node (`PyTree.shared`) counted, read from the messages
+  without building anything.
+
+  Entry i of `tree_nodes` may refer only to entries before it, so entries
+  are counted in table order, each once; a reference the reader would
+  refuse (out of range, or not to an earlier entry) counts as one leaf
+  here, and the reader then raises its own error."""
+
+  def __init__(self, program_msg):
+    self._table = program_msg.tree_nodes
+    self._entries: list[tuple[int, int]] = []
+
+  def entry(self, i: int) -> tuple[int, int]:
+    """(nodes, leaves) of table entry `i`."""
+    while len(self._entries) <= i:
+      j = len(self._entries)
+      self._entries.append(self._count(self._table[j], j))
+    return self._entries[i]
+
+  def of(self, msg) -> tuple[int, int]:
+    """(nodes, leaves) of the tree of `PyTree` message `msg`."""
+    return self._count(msg, len(self._table))
+
+  def _count(self, msg, limit: int) -> tuple[int, int]:
+    # Iterative over inline children: a tree may nest 64 levels, and one
+    # node's children may be many.
+    nodes = leaves = 0
+    stack = [msg]
+    while stack:
+      m = stack.pop()
+      shared = m.shared
+      if shared:
+        if shared - 1 < limit:
+          n, l = self.entry(shared - 1)
+          nodes, leaves = min(nodes + n, _CAP), min(leaves + l, _CAP)
+        else:
+          nodes, leaves = nodes + 1, leaves + 1
+        continue
+      nodes += 1
+      if m.kind == _LEAF:
+        leaves += 1
+      stack += m.children
+    return min(nodes, _CAP), min(leaves, _CAP)
+
+
+def signature_leaves_problem(what: str, leaves: int, expected: int
+                             ) -> str | None:
+  """Why a signature of `leaves` leaves cannot describe `expected` values
+  (checked before the tree is built), or None."""
+  if leaves <= expected:
+    return None  # fewer: the reader says so once the tree is built
+  noun = "inputs" if what == "input" else "outputs"
+  verb = "takes" if what == "input" else "returns"
+  return (f"the {what} signature has {leaves:,} leaves but the program "
+          f"{verb} {expected} {noun}")
+
+
+def tree_cost(counts: tuple[int, int]) -> int:
+  """Bytes charged for a tree of `counts` (nodes, leaves)."""
+  return counts[0] * limits.TREE_NODE_COST
+
