@@ -15,6 +15,7 @@ from jaxpr_io.families.hijax.prims import register_hi_primitive
 from jaxpr_io.families.pallas.fuser import register_fusion_dtype
 from jaxpr_io.api.program import Program, dumps, load, loads, save, trace
 from jaxpr_io.safety.trust import DroppedParamWarning, register_ffi_target
+from jaxpr_io.compat.polyfills import PolyfillWarning
 from jaxpr_io.codec.registry import (equation_in_avals,
                                      register_effect_codec, register_enum,
                                register_eqn_param_codec,
@@ -25,7 +26,7 @@ from jaxpr_io.format.version import FORMAT_VERSION, __version__
 __all__ = [
     "DroppedParamWarning", "FORMAT_VERSION", "FormatError", "JaxprIoError",
     "equation_in_avals",
-    "Program",
+    "PolyfillWarning", "Program",
     "UnsupportedError", "__version__", "dumps", "load", "loads",
     "register_callback", "register_custom_partitioning",
     "register_effect_codec",

@@ -18,6 +18,7 @@ from jaxpr_io.pytree import static
 from jaxpr_io.pytree import calls as tree_calls
 from jaxpr_io.safety import validate
 from jaxpr_io.compat import hi_mutable as compat_hi_mutable
+from jaxpr_io.compat import polyfills as compat_polyfills
 from jaxpr_io.compat import symbolic
 from jaxpr_io.read import reader
 from jaxpr_io.write import writer
@@ -43,13 +44,19 @@ class Program:
     metadata: `dict[str, str]`, saved with the program.
     producer: for a loaded program, who wrote it (format version, jaxpr_io,
       jax and jaxlib versions); empty for a traced one.
+    polyfilled: for a loaded program, the equations whose primitive this
+      JAX lacks and that were rebuilt from its own primitives
+      (compat/polyfills.py), as (jaxpr index, equation index, primitive
+      name) tuples; empty when the program is exactly the file's.
   """
 
   def __init__(self, closed_jaxpr, in_tree, out_tree,
                metadata: dict[str, str] | None = None, *,
                producer: dict[str, Any] | None = None,
-               _verify: Callable[[], None] | None = None):
+               _verify: Callable[[], None] | None = None,
+               polyfilled: tuple = ()):
     self._closed_jaxpr = closed_jaxpr
+    self.polyfilled = tuple(polyfilled)
     self.in_tree = in_tree
     self.out_tree = out_tree
     self.metadata = dict(metadata or {})
@@ -285,9 +292,10 @@ def _from_container(data_container: container.Container, check: bool,
                         f"{kv.key!r} appears twice")
     metadata[kv.key] = kv.value
   rd.screen.warn(data_container.source, stacklevel=3)  # the user's call
+  compat_polyfills.warn(data_container.source, rd.polyfilled, stacklevel=3)
   verify = rd.verify_pending_blobs if rd.pending_blobs else None
   program = Program(closed, in_tree, out_tree, metadata, producer=producer,
-                    _verify=verify)
+                    _verify=verify, polyfilled=rd.polyfilled)
   if check:
     program.closed_jaxpr  # pylint: disable=pointless-statement
     if rd.expanded_size > MAX_CHECKED_EQUATIONS:

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io.compat import polyfills as compat_polyfills
 from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.safety import trust
 from jaxpr_io.safety import validate
@@ -124,6 +125,17 @@ def resolve_kind(reader, k: int) -> Kind:
   # From the format's vocabulary to this release's primitive and params.
   release_name, values = compat.ADAPTER.from_format(name, values,
                                                     reader.where)
+  fill = reader.polyfill(release_name)
+  if fill is not None:
+    # A primitive of a newer JAX that this one expresses with its own
+    # (compat/polyfills.py): `build` turns each equation into a call.
+    if not fill.n_in(n_in) or n_out != 1:
+      raise FormatError(f"{name} with {n_in} inputs and {n_out} outputs")
+    reader.polyfilled_kinds[k] = release_name
+    kind = reader.kinds[k] = Kind(compat_polyfills.CALL, values, n_in,
+                                  n_out, refs, 1 + sum(reader.sizes[j]
+                                                       for j in refs), ())
+    return kind
   prim = reader.primitive(release_name)
   drops: tuple[tuple[str, str], ...] = ()
   screen = trust.SCREENS.get(release_name)
@@ -418,6 +430,7 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
               primitives, param_dicts,
               in_bounds, in_bounds[1:], out_bounds, out_bounds[1:],
               batch.source_infos[start:stop], batch.contexts[start:stop])]
+  _polyfill(r, j, kind_ids, eqns)  # usually nothing to do
   try:
     for i, messages in cols.effects.items():
       e = eqns[i]
@@ -458,6 +471,27 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
     for primitive, param in kind.drops:
       r.screen.drop(primitive, param, count)
   return eqns
+
+
+def _polyfill(r, j: int, kind_ids, eqns) -> None:
+  """Replaces the equations of polyfilled kinds with calls of the polyfill
+  built at their input types (compat/polyfills.py), and records them."""
+  if not r.polyfilled_kinds:
+    return
+  for i, e in enumerate(eqns):
+    name = r.polyfilled_kinds.get(int(kind_ids[i]))
+    if name is None:
+      continue
+    try:
+      closed = compat_polyfills.build(name, e.params,
+                                      [a.aval for a in e.invars],
+                                      [v.aval for v in e.outvars])
+    except FormatError as error:
+      raise FormatError(f"equation {i} ({name}): {error}") from None
+    eqns[i] = compat.JaxprEqn(e.invars, e.outvars, compat_polyfills.CALL,
+                              compat_polyfills.equation_params(closed),
+                              e.effects, e.source_info, e.ctx)
+    r.polyfilled.append((j, i, name))
 
 
 def _close_over_inputs(r, kinds, kind_ids, used, eqns) -> None:

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io import families
+from jaxpr_io.compat import polyfills as compat_polyfills
 from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.format import container
 from jaxpr_io.read import equations
@@ -140,6 +141,11 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     self.jaxpr_refs_seen = 0
     self.value_memo: dict[bytes, Any] = {}
     self.sizes: list[int] = []
+    # Kinds whose primitive this JAX lacks and expresses with a polyfill
+    # (kind index -> primitive name), and the equations built from them:
+    # (jaxpr index, equation index, primitive name).
+    self.polyfilled_kinds: dict[int, str] = {}
+    self.polyfilled: list[tuple[int, int, str]] = []
     self.where = vocabulary.Where(blobs.source, msg.producer.jax_version,
                                   compat.JAX_VERSION)
     self._budget = (None if trusted else
@@ -213,6 +219,13 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
         raise FormatError(vocabulary.unknown_primitive(self.where, name))
       self._primitives[name] = prim
     return prim
+
+  def polyfill(self, name: str):
+    """The polyfill of primitive `name` (compat/polyfills.py) when this JAX
+    lacks it and nobody registered it; else None."""
+    if name in self._primitives or registry.PRIMITIVES.lookup(name):
+      return None
+    return compat_polyfills.lookup(name)
 
   # --------------------------------------------------------- param sets
   def param_set(self, i: int, name: str):

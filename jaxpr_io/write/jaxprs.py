@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io.compat import polyfills as compat_polyfills
 from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.codec import params
@@ -107,8 +108,13 @@ class JaxprEncoder:
   def equation(self, i: int, eqn, columns: "_Columns") -> None:
     w, env = self.w, self.env
     # The equation in the format's vocabulary (jaxpr_io/format/vocabulary.py).
-    name, eqn_params = compat.ADAPTER.to_format(w.primitive(eqn.primitive),
-                                                eqn.params)
+    fill = compat_polyfills.original(eqn.primitive, eqn.params)
+    if fill is not None:
+      # A polyfill's call stands for the file's equation: write that.
+      name, eqn_params = fill
+    else:
+      name, eqn_params = compat.ADAPTER.to_format(
+          w.primitive(eqn.primitive), eqn.params)
     for a in eqn.invars:
       number = env.get(a) if type(a) is compat.Var else None
       columns.invars.append(self.atom(a) if number is None else number)
