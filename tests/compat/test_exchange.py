@@ -55,3 +55,21 @@ def test_self_exchange(tmp_path):
   assert results["writers"][manifest["jax_version"]]["exact"]
   text, ok = table.render(tmp_path)
   assert ok, "\n" + text
+
+
+@pytest.mark.once
+def test_table_flags_polyfilled_passes():
+  # A pass whose reader rebuilt a primitive from its own counts as passed
+  # and is flagged in its cell and listed below the table.
+  records = {"plain": {"status": "pass", "notes": []},
+             "poly": {"status": "pass", "notes": [],
+                      "polyfilled": ["log2"]}}
+  outcomes = {case: table.judge("0.12.0.1", "0.10.2", case, record)
+              for case, record in records.items()}
+  assert table._cell_text(outcomes) == "2/2 (1 poly)"
+  report = table.Report()
+  for case, outcome in outcomes.items():
+    report.add("0.12.0.1", "0.10.2", case, outcome)
+  assert report.polyfilled == ["  0.12.0.1 -> 0.10.2  poly: log2"]
+  assert any(line.startswith("Passed with polyfills") for line in
+             report.lines())

@@ -286,6 +286,20 @@ def compute_on_host() -> Case:
   return Case(f, (_rng(10).randn(8).astype(F32),))
 
 
+# ------------------------------------------------------------- polyfills
+def newer_primitives() -> Case:
+  """Functions whose traces hold primitives newer releases added: log2
+  (0.11+), one_minus_square (0.11+ differentiate tanh and asin with it)
+  and polynomial (0.12's polyval); older readers rebuild them from their own
+  primitives (jaxpr_io/compat/polyfills.py)."""
+  coeffs = np.array([1.5, -2.0, 0.5, 3.0], F32)
+
+  def f(x):
+    inner = jax.grad(lambda v: (jnp.tanh(v) + jnp.arcsin(v / 4)).sum())(x)
+    return jnp.log2(x + 2.0) * inner + jnp.polyval(coeffs, x)
+  return Case(f, (np.linspace(-1.5, 1.5, 8, dtype=F32),))
+
+
 _OTHERS: dict[str, Callable[[], Case]] = {
     "custom.nn": custom_nn,
     "custom.user_rules": custom_user,
@@ -297,6 +311,7 @@ _OTHERS: dict[str, Callable[[], Case]] = {
     "symbolic.batch": symbolic_batch,
     "experimental.scheduling_group": scheduling_group,
     "experimental.compute_on": compute_on_host,
+    "polyfill.newer_primitives": newer_primitives,
 }
 
 

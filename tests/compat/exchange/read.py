@@ -15,6 +15,9 @@ Writes OUTDIR/results-<jax version>.json:
     {"reader": {"jax_version": ..., ...}, "fatal": null or error record,
      "writers": {writer version: {"fatal": ..., "cases": {name:
          {"status": "pass" | "fail" | "error", "seconds": ...,
+          "polyfilled": primitives this JAX rebuilt from its own
+              (jaxpr_io/compat/polyfills.py; results then compared with
+              the cross-release tolerances, never bit for bit),
           + for pass: "notes" (elements left out of the comparison)
           + for fail/error: "stage", "error_type", "is_format_error",
             "message", "traceback"}}}}}
@@ -32,6 +35,7 @@ import pathlib
 import platform
 import sys
 import time
+import warnings
 
 import tests.compat.exchange  # noqa: F401  (8 host devices, before JAX starts)
 import jax
@@ -123,9 +127,13 @@ def read_case(path: pathlib.Path, *, exact: bool) -> dict:
   so results must be bit-identical and every check must run. Returns its
   result record; never raises for a failure of the case itself."""
   import jaxpr_io  # pylint: disable=g-import-not-at-top
-  stage, notes = "load", []
+  stage, notes, polyfilled = "load", [], []
   try:
-    prog = jaxpr_io.load(path, check=True)
+    with warnings.catch_warnings():
+      # Recorded instead: the table flags the case.
+      warnings.simplefilter("ignore", jaxpr_io.PolyfillWarning)
+      prog = jaxpr_io.load(path, check=True)
+    polyfilled = sorted({name for _, _, name in prog.polyfilled})
     stage = "load_npz"
     groups, meta = common.load_npz(path.with_suffix(".npz"))
     flat = groups.pop("in")
@@ -139,10 +147,12 @@ def read_case(path: pathlib.Path, *, exact: bool) -> dict:
       stage = "print"
       notes += _print_note(prog, path.stem)
   except AssertionError as e:
-    return dict(common.error_record(e, stage), status="fail")
+    return dict(common.error_record(e, stage), status="fail",
+                polyfilled=polyfilled)
   except Exception as e:  # pylint: disable=broad-except
-    return dict(common.error_record(e, stage), status="error")
-  return {"status": "pass", "notes": notes}
+    return dict(common.error_record(e, stage), status="error",
+                polyfilled=polyfilled)
+  return {"status": "pass", "notes": notes, "polyfilled": polyfilled}
 
 
 def _selected(name: str, only: list[str] | None) -> bool:

@@ -6,7 +6,8 @@ Rows are writer releases, columns reader releases; each cell is
 "passed/total", where total counts every case the writer meant to write
 (a case it failed to write fails in every column of its row) and
 expected failures (tests/compat/exchange/expected.py) that failed as expected
-count as passed. Below the table: every failure by name with its error.
+count as passed. "(n poly)" counts the passes whose reader rebuilt a
+primitive it lacks from its own (jaxpr_io/compat/polyfills.py). Below the table: every failure by name with its error.
 
 Exit status 1 if any failure is unexpected, if a writer or reader could not
 run at all, if a reader's results are missing, or if a release named by
@@ -33,11 +34,14 @@ class Outcome:
   expected: the expected-failure text, when the case is listed.
   text: the error, for failures ("" when it passed).
   notes: for a pass, the elements its comparison left out, and why.
+  polyfilled: the primitives the reader rebuilt from its own
+    (jaxpr_io/compat/polyfills.py): flagged in the table.
   """
   ok: bool
   expected: str | None
   text: str
   notes: list[str] = dataclasses.field(default_factory=list)
+  polyfilled: list[str] = dataclasses.field(default_factory=list)
 
 
 def _error_text(record: dict) -> str:
@@ -61,7 +65,8 @@ def judge(writer: str, reader: str, case: str, record: dict | None
   if record is None:
     return Outcome(False, want, "no result: the reader did not get to it")
   if record["status"] == "pass":
-    return Outcome(True, want, "", record.get("notes", []))
+    return Outcome(True, want, "", record.get("notes", []),
+                   record.get("polyfilled", []))
   text = _error_text(record)
   ok = (want is not None and record["status"] == "error"
         and record.get("is_format_error", False)
@@ -109,10 +114,15 @@ _COLUMN = 20
 
 def _cell_text(outcomes: dict[str, Outcome]) -> str:
   """'passed/total', counting expected failures as passed, with their
-  number: '170/170' or '168/170 (2 xfail)'."""
+  number, and the passes that needed polyfills: '170/170',
+  '168/170 (2 xfail)' or '170/170 (2 poly)'."""
   ok = sum(o.ok for o in outcomes.values())
   xfail = sum(o.ok and bool(o.text) for o in outcomes.values())
-  return f"{ok}/{len(outcomes)}" + (f" ({xfail} xfail)" if xfail else "")
+  poly = sum(o.ok and not o.text and bool(o.polyfilled)
+             for o in outcomes.values())
+  flags = [f"{xfail} xfail"] * bool(xfail) + [f"{poly} poly"] * bool(poly)
+  return f"{ok}/{len(outcomes)}" + (f" ({', '.join(flags)})" if flags
+                                    else "")
 
 
 def _problems(manifests: dict, results: dict,
@@ -139,11 +149,14 @@ class Report:
   expected: list[str] = dataclasses.field(default_factory=list)
   stale: list[str] = dataclasses.field(default_factory=list)
   notes: list[str] = dataclasses.field(default_factory=list)
+  polyfilled: list[str] = dataclasses.field(default_factory=list)
   problems: list[str] = dataclasses.field(default_factory=list)
 
   def add(self, w: str, r: str, case: str, o: Outcome) -> None:
     where = f"  {w} -> {r}  {case}"
     self.notes += [f"{where}: {n}" for n in o.notes]
+    if o.polyfilled and not o.text:
+      self.polyfilled.append(f"{where}: {', '.join(o.polyfilled)}")
     if o.expected and not o.text:
       self.stale.append(where)
     if o.text and o.ok:
@@ -161,6 +174,9 @@ class Report:
         ("Expected failures", self.expected),
         ("Listed in tests/compat/exchange/expected.py but passed (remove them "
          "there)", self.stale),
+        ("Passed with polyfills (jaxpr_io/compat/polyfills.py: not "
+         "bit-identical; compared with the cross-release tolerances)",
+         self.polyfilled),
         ("Passed with notes", self.notes),
         ("Problems", [f"  {p}" for p in self.problems]))
     for title, items in sections:
