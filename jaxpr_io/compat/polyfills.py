@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import warnings
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -132,13 +133,18 @@ def lookup(name: str) -> Polyfill | None:
   return fill
 
 
-# The polyfill jaxprs built so far: id -> (jaxpr, name, params), for the
-# writer (`original`), and (name, params, input avals) -> jaxpr, so that
-# equations of one type share one jaxpr. Bounded by the distinct equation
-# types of the files loaded.
+# The polyfill jaxprs alive (in loaded programs): id -> (weak reference,
+# name, params), for the writer (`original`), and (name, params, input
+# avals) -> jaxpr, so that equations of one type share one jaxpr. Entries
+# leave with their jaxpr.
 _BY_ID: dict[int, tuple[Any, str, dict]] = {}
-_BY_KEY: dict[Any, Any] = {}
+_BY_KEY: "weakref.WeakValueDictionary[Any, Any]" = weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
+# What building one polyfill jaxpr may cost (a few equations and
+# variables), charged to an untrusted load's memory budget before it is
+# built: a file of many distinct equation types cannot make the reader
+# trace without bound.
+BUILD_COST = 8 << 10
 
 
 def _key(name: str, params: dict, in_avals) -> Any:
@@ -150,14 +156,17 @@ def _key(name: str, params: dict, in_avals) -> Any:
   return key
 
 
-def build(name: str, params: dict, in_avals, out_avals):
+def build(name: str, params: dict, in_avals, out_avals,
+          charge: Callable[[int, str], None]):
   """The closed jaxpr that stands for one equation of primitive `name`
   with `params` (the file's) and these input types; FormatError if it does
-  not return `out_avals`."""
+  not return `out_avals`. `charge(nbytes, what)` is called before a new
+  jaxpr is built (the reader's memory budget)."""
   key = _key(name, params, in_avals)
   closed = _BY_KEY.get(key) if key is not None else None
   if closed is not None:
     return closed
+  charge(BUILD_COST, f"the polyfill of {name!r}")
   fill = POLYFILLS[name]
   try:
     jaxpr, consts = compat_custom_rules.trace_flat(
@@ -176,8 +185,10 @@ def build(name: str, params: dict, in_avals, out_avals):
         f"the polyfill of {name!r} returns "
         f"{[a.str_short() for a in got]}, but the equation's outputs are "
         f"{[a.str_short() for a in out_avals]}")
+  ident = id(closed)
   with _LOCK:
-    _BY_ID[id(closed)] = (closed, name, dict(params))
+    _BY_ID[ident] = (weakref.ref(closed, lambda _: _BY_ID.pop(ident, None)),
+                     name, dict(params))
     if key is not None:
       _BY_KEY[key] = closed
   return closed
@@ -200,7 +211,7 @@ def original(primitive, params) -> tuple[str, dict] | None:
   if primitive is not CALL:
     return None
   entry = _BY_ID.get(id(params.get("call_jaxpr")))
-  if entry is None or entry[0] is not params.get("call_jaxpr"):
+  if entry is None or entry[0]() is not params.get("call_jaxpr"):
     return None
   return entry[1], dict(entry[2])
 

@@ -130,7 +130,8 @@ def resolve_kind(reader, k: int) -> Kind:
     # A primitive of a newer JAX that this one expresses with its own
     # (compat/polyfills.py): `build` turns each equation into a call.
     if not fill.n_in(n_in) or n_out != 1:
-      raise FormatError(f"{name} with {n_in} inputs and {n_out} outputs")
+      raise FormatError(f"its polyfill takes no {name!r} equation with "
+                        f"{n_in} inputs and {n_out} outputs")
     reader.polyfilled_kinds[k] = release_name
     kind = reader.kinds[k] = Kind(compat_polyfills.CALL, values, n_in,
                                   n_out, refs, 1 + sum(reader.sizes[j]
@@ -485,7 +486,7 @@ def _polyfill(r, j: int, kind_ids, eqns) -> None:
     try:
       closed = compat_polyfills.build(name, e.params,
                                       [a.aval for a in e.invars],
-                                      [v.aval for v in e.outvars])
+                                      [v.aval for v in e.outvars], r.charge)
     except FormatError as error:
       raise FormatError(f"equation {i} ({name}): {error}") from None
     eqns[i] = compat.JaxprEqn(e.invars, e.outvars, compat_polyfills.CALL,

@@ -141,6 +141,10 @@ def test_symbolic_program_calls_at_several_sizes():
     np.testing.assert_allclose(prog(x), want, rtol=1e-6)
 
 
+def _no_budget(nbytes, what):
+  del nbytes, what
+
+
 _INPUTS = {
     "log2": lambda: [np.float32([0.1, 1.0, 2.0, 3.7, 1e-30, 1e30])],
     "one_minus_square": lambda: [np.float32([-1.5, -1.0, 0.0, 1e-8, 0.999,
@@ -166,19 +170,20 @@ def test_polyfill_matches_the_primitive(name):
   prim = getattr(lax, f"{name}_p")
   want = jax.jit(lambda *a: prim.bind(*a, **params))(*args)
   closed = polyfills.build(name, params, avals, [jax.core.ShapedArray(
-      want.shape, want.dtype)])
+      want.shape, want.dtype)], _no_budget)
   got = jax.jit(jax.extend.core.jaxpr_as_fun(closed))(*args)[0]
   np.testing.assert_array_equal(got, want)
 
 
 def test_polyfill_of_the_wrong_type_is_a_format_error():
+  # (A crafted file's equation types reach `build` the same way.)
   f32 = jax.core.ShapedArray((3,), np.float32)
   f16 = jax.core.ShapedArray((3,), np.float16)
   with pytest.raises(jaxpr_io.FormatError, match="polyfill of 'log2' returns"):
-    polyfills.build("log2", {"accuracy": None}, [f32], [f16])
+    polyfills.build("log2", {"accuracy": None}, [f32], [f16], _no_budget)
   i32 = jax.core.ShapedArray((3,), np.int32)
   with pytest.raises(jaxpr_io.FormatError, match="does not apply"):
-    polyfills.build("log2", {"accuracy": None}, [i32], [i32])
+    polyfills.build("log2", {"accuracy": None}, [i32], [i32], _no_budget)
 
 
 def test_a_traced_program_is_not_mistaken_for_a_polyfill():
@@ -187,3 +192,19 @@ def test_a_traced_program_is_not_mistaken_for_a_polyfill():
   assert not prog.polyfilled
   for eqn in prog.closed_jaxpr.jaxpr.eqns:
     assert polyfills.original(eqn.primitive, eqn.params) is None
+
+
+def test_building_polyfills_is_charged_to_an_untrusted_load(monkeypatch):
+  # Each new polyfill jaxpr is charged to the memory budget before it is
+  # built: a file of many distinct equation types is refused, not traced
+  # without bound. A trusted load has no budget.
+  path, = [p for p in FILES if _case(p) == "mixed"]
+  if not _lacks(HOLDS["mixed"]):
+    pytest.skip(f"jax {jax.__version__} polyfills nothing in the file")
+  monkeypatch.setattr(polyfills, "BUILD_COST", 1 << 40)
+  polyfills._BY_KEY.clear()  # no jaxpr left from another test to reuse
+  with pytest.raises(jaxpr_io.FormatError, match="the polyfill of"):
+    jaxpr_io.load(path)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", jaxpr_io.PolyfillWarning)
+    assert jaxpr_io.load(path, trusted=True).polyfilled

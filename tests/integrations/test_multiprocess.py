@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -46,27 +47,39 @@ def _env() -> dict[str, str]:
 
 def _run_job(role: str, outdir: str) -> None:
   """Runs the 2 processes of one job; fails with their output unless both
-  finish in time and print "done"."""
+  finish in time and print "done". When one fails, the other (which would
+  wait for it) is stopped at once."""
   port = _free_port()
+  logs = [open(os.path.join(outdir, f"{role}-{i}.log"), "w+")
+          for i in range(2)]
   procs = [subprocess.Popen(
       [sys.executable, "-m", "tests.integrations.multiprocess_job", role,
        str(i), str(port), outdir],
-      cwd=paths.ROOT, env=_env(), stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True) for i in range(2)]
-  outputs, problems = [], []
-  for i, proc in enumerate(procs):
-    try:
-      out, _ = proc.communicate(timeout=JOB_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-      for p in procs:  # the other one waits for this one forever
-        p.kill()
-      out, _ = proc.communicate()
-      problems.append(f"process {i} did not finish in {JOB_TIMEOUT_S} s")
-    outputs.append(out)
-    if proc.returncode != 0 and not problems:
-      problems.append(f"process {i} exited with {proc.returncode}")
-    elif "done" not in out.splitlines()[-1:] and not problems:
-      problems.append(f"process {i} did not finish its work")
+      cwd=paths.ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+           for i, log in enumerate(logs)]
+  deadline = time.monotonic() + JOB_TIMEOUT_S
+  problems = []
+  while any(p.poll() is None for p in procs):
+    failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+    if failed or time.monotonic() > deadline:
+      problems.append(f"process {failed[0]} exited with "
+                      f"{procs[failed[0]].returncode}" if failed else
+                      f"the job did not finish in {JOB_TIMEOUT_S} s")
+      for p in procs:
+        if p.poll() is None:
+          p.kill()
+      break
+    time.sleep(0.1)
+  outputs = []
+  for i, (proc, log) in enumerate(zip(procs, logs)):
+    proc.wait()
+    log.seek(0)
+    outputs.append(log.read())
+    log.close()
+    if not problems and (proc.returncode != 0
+                         or "done" not in outputs[i].splitlines()[-1:]):
+      problems.append(f"process {i} exited with {proc.returncode} without "
+                      "finishing its work")
   if problems:
     shown = "\n".join(f"--- process {i} of the {role} job ---\n{o[-4000:]}"
                       for i, o in enumerate(outputs))
