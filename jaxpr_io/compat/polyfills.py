@@ -44,6 +44,7 @@ from jax._src import core
 
 from jaxpr_io import compat
 from jaxpr_io.compat import custom_rules as compat_custom_rules
+from jaxpr_io.format import limits
 from jaxpr_io.format import vocabulary
 from jaxpr_io.errors import FormatError
 
@@ -140,11 +141,10 @@ def lookup(name: str) -> Polyfill | None:
 _BY_ID: dict[int, tuple[Any, str, dict]] = {}
 _BY_KEY: "weakref.WeakValueDictionary[Any, Any]" = weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
-# What building one polyfill jaxpr may cost (a few equations and
-# variables), charged to an untrusted load's memory budget before it is
-# built: a file of many distinct equation types cannot make the reader
-# trace without bound.
-BUILD_COST = 8 << 10
+# What building one polyfill jaxpr may cost, charged to an untrusted load's
+# memory budget before it is built: a file of many distinct equation types
+# cannot make the reader trace without bound (safety/costs.py's table).
+BUILD_COST = limits.POLYFILL_BUILD_COST
 
 
 def _key(name: str, params: dict, in_avals) -> Any:

@@ -35,6 +35,10 @@ FIXED_OVERHEAD = 64 << 20
 # and the skeleton it is built from, flattening and key paths visit each
 # (measured: about 130 bytes a node on jax 0.10 and 0.12).
 TREE_NODE_COST = 200
+# What the reader may spend on one polyfill jaxpr (jaxpr_io/compat/polyfills.py):
+# a few equations and variables traced for a primitive this JAX lacks, once
+# per distinct (primitive, params, input types); charged before it is traced.
+POLYFILL_BUILD_COST = 8 << 10
 
 # `check=True` walks a program with every use of a shared sub-jaxpr inlined:
 # JAX's type checker, its printer's sharing analysis and lowering re-walk a

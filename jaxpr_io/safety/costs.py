@@ -94,6 +94,14 @@ register_quantity(
           f"(with `trusted=True`: {limits.MAX_CHECKED_EQUATIONS:,}), naming "
           "the first jaxpr over it; a load builds each sub-jaxpr once")
 
+register_quantity(
+    name="polyfill jaxprs",
+    counted="one per distinct (primitive, params, input types) among the "
+            "equations whose primitive this JAX lacks and rebuilds from "
+            "its own (`jaxpr_io/compat/polyfills.py`), when it is traced",
+    limit=f"{limits.POLYFILL_BUILD_COST:,} bytes each, charged against the "
+          "same budget before it is traced (no limit with `trusted=True`)")
+
 
 def checked_equations_limit(stored_equations: int, trusted: bool) -> int:
   """How many inlined equations `check=True` walks at most (the
