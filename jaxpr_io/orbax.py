@@ -85,7 +85,8 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
       if isinstance(value, str):
         # An item of this step (`state:params`) or any other SOURCE.
         value = bind_sources.load_source(value,
-                                         base=os.fspath(directory.parent))
+                                         base=os.fspath(directory.parent),
+                                         trusted=args.trusted)
       if isinstance(key, int):
         positional[key] = value
       else:

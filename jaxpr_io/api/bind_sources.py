@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from jaxpr_io.api.binding import FlatSource
+from jaxpr_io.api import npz_source
+from jaxpr_io.api.binding import Deferred, SourceError, SourceTree
+from jaxpr_io.format import limits
 
-
-class SourceError(ValueError):
-  """A SOURCE that cannot be read or has no such subtree (one line)."""
+__all__ = ["SourceError", "load_source", "split_spec", "subtree"]
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -34,48 +34,188 @@ def split_spec(spec: str) -> tuple[str, str]:
   return spec, ""
 
 
-def load_source(spec: str, *, base: str | os.PathLike | None = None) -> Any:
-  """The pytree (or `FlatSource`) that SOURCE `spec` names; a relative path
-  is taken relative to `base` when given (an Orbax step directory)."""
+def read_limit(size: int, trusted: bool) -> int | None:
+  """The most bytes a source of `size` bytes on disk may expand to when
+  bound: the reader's budget for untrusted data, or None if trusted."""
+  return None if trusted else limits.MEMORY_FACTOR * size + (
+      limits.FIXED_OVERHEAD)
+
+
+def load_source(spec: str, *, base: str | os.PathLike | None = None,
+                trusted: bool = False) -> Any:
+  """What SOURCE `spec` names, read from its metadata only: a `FlatSource`
+  (an `.npz`) or a `SourceTree` (an Orbax checkpoint) whose leaves are
+  `Deferred` arrays, which `Program.bind` reads once they have matched the
+  program, up to the source's limit (`read_limit`; none if `trusted`). A
+  relative path is taken relative to `base` when given (an Orbax step
+  directory)."""
   path, keys = split_spec(spec)
   if base is not None and not os.path.isabs(path):
     path = os.path.join(os.fspath(base), path)
   if not os.path.exists(path):
     raise FileNotFoundError(f"no such file or directory: {path}")
   if os.path.isdir(path):
-    return subtree(_restore_orbax(path), keys, spec)
+    return _orbax_source(path, keys, spec, trusted)
   if keys:
     raise SourceError(f"{spec}: :KEY.PATH selects a subtree of an Orbax "
                       "checkpoint directory, not of a file")
-  try:
-    data = np.load(path, allow_pickle=False)
-  except (ValueError, OSError) as e:
+  if not npz_source.is_npz(path):
+    with open(path, "rb") as f:
+      npy = f.read(6) == b"\x93NUMPY"
+    if npy:
+      raise SourceError(
+          f"{path} is one .npy array; --bind needs an .npz (np.savez) whose "
+          "arrays are keyed by key paths such as ['params']['w'], or an "
+          "Orbax checkpoint directory")
     raise SourceError(f"{path} is neither an .npz file nor an Orbax "
-                      f"checkpoint directory: {e}") from None
-  if not isinstance(data, np.lib.npyio.NpzFile):
-    raise SourceError(
-        f"{path} is one .npy array; --bind needs an .npz (np.savez) whose "
-        "arrays are keyed by key paths such as ['params']['w'], or an "
-        "Orbax checkpoint directory")
-  with data:
-    return FlatSource({k: data[k] for k in data.files}, path)
+                      "checkpoint directory")
+  try:
+    return npz_source.open_npz(path, read_limit(os.path.getsize(path),
+                                                trusted))
+  except npz_source.NpzSourceError as e:
+    raise SourceError(str(e)) from None
 
 
-def _restore_orbax(path: str) -> Any:
+# ------------------------------------------------------------ Orbax
+class _OrbaxSource:
+  """An Orbax checkpoint item: its tree from the metadata; `read` restores
+  only the leaves asked for (the others are Orbax placeholders)."""
+
+  def __init__(self, path: str, metadata: Any, limit: int | None):
+    self.path, self.name, self.limit = path, path, limit
+    self.metadata = metadata
+
+  def read(self, leaves: list["_OrbaxLeaf"]) -> list[np.ndarray]:
+    ocp = _orbax()
+    wanted = {leaf.keys: leaf for leaf in leaves}
+    item = _placeholders(self.metadata, (), wanted, ocp)
+    restore_args = _placeholders(self.metadata, (), wanted, ocp,
+                                 restore=True)
+    try:
+      with ocp.PyTreeCheckpointer() as checkpointer:
+        restored = checkpointer.restore(
+            os.path.abspath(self.path), args=ocp.args.PyTreeRestore(
+                item=item, restore_args=restore_args))
+    except (ValueError, KeyError, FileNotFoundError, TypeError) as e:
+      raise SourceError(f"{self.path}: Orbax cannot restore it "
+                        f"({_first_line(e)})") from None
+    arrays = []
+    for leaf in leaves:
+      node = restored
+      for key in leaf.keys:
+        node = node[key]
+      array = np.asarray(node)
+      if array.shape != leaf.shape or array.dtype != leaf.dtype:
+        raise SourceError(
+            f"{self.path}: {'.'.join(map(str, leaf.keys))} restored as "
+            f"{array.dtype}{list(array.shape)}, not the "
+            f"{leaf.dtype}{list(leaf.shape)} its metadata declares")
+      arrays.append(array)
+    return arrays
+
+
+class _OrbaxLeaf(Deferred):
+  """An array of an Orbax checkpoint, by its key path from the item's
+  root."""
+
+  def __init__(self, source: _OrbaxSource, keys: tuple, shape, dtype):
+    super().__init__(shape, dtype, source)
+    self.keys = keys
+
+
+class _OrbaxValue:
+  """A leaf of the metadata that is not an array (a string, ...): shown in
+  messages, never bound."""
+
+  def __init__(self, metadata):
+    self.metadata = metadata
+
+  def __repr__(self):
+    return type(self.metadata).__name__
+
+
+def _orbax():
   try:
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise ImportError("reading an Orbax checkpoint needs orbax-checkpoint: "
                       "pip install 'jaxpr_io[orbax]'") from None
+  return ocp
+
+
+def _first_line(e: BaseException) -> str:
+  first = str(e).splitlines()[0] if str(e) else ""
+  return f"{type(e).__name__}: {first:.300}"
+
+
+def _orbax_source(path: str, keys: str, spec: str, trusted: bool) -> Any:
+  """The tree of an Orbax item from its metadata alone, its arrays
+  `Deferred`."""
+  ocp = _orbax()
+  # lazy: etils comes with orbax-checkpoint.
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  handler = ocp.PyTreeCheckpointHandler()
   try:
-    with ocp.PyTreeCheckpointer() as checkpointer:
-      return checkpointer.restore(os.path.abspath(path))
-  except (ValueError, KeyError, FileNotFoundError) as e:
-    first = str(e).splitlines()[0] if str(e) else ""
+    metadata = handler.metadata(epath.Path(os.path.abspath(path)))
+  except (ValueError, KeyError, FileNotFoundError, TypeError, OSError) as e:
     raise SourceError(
-        f"{path}: Orbax cannot restore it ({type(e).__name__}: "
-        f"{first:.300}); give a checkpoint item directory such as "
-        "ckpt/7/state, not the step or the checkpoint root") from None
+        f"{path}: Orbax cannot read its metadata ({_first_line(e)}); give a "
+        "checkpoint item directory such as ckpt/7/state, not the step or "
+        "the checkpoint root") from None
+  finally:
+    handler.close()
+  metadata = getattr(metadata, "tree", metadata)
+  source = _OrbaxSource(path, metadata, read_limit(_disk_size(path),
+                                                   trusted))
+  tree = _deferred_tree(metadata, (), source)
+  selected = subtree(tree, keys, spec)
+  return SourceTree(selected, spec) if isinstance(selected, dict) else (
+      selected)
+
+
+def _disk_size(path: str) -> int:
+  total = 0
+  for root, _, names in os.walk(path):
+    for name in names:
+      try:
+        total += os.lstat(os.path.join(root, name)).st_size
+      except OSError:
+        pass
+  return total
+
+
+def _deferred_tree(node: Any, keys: tuple, source: _OrbaxSource) -> Any:
+  """The metadata tree with each array's metadata made a `Deferred`."""
+  if isinstance(node, dict):
+    return {k: _deferred_tree(v, keys + (k,), source)
+            for k, v in node.items()}
+  if isinstance(node, (list, tuple)):
+    return [_deferred_tree(v, keys + (i,), source)
+            for i, v in enumerate(node)]
+  shape, dtype = getattr(node, "shape", None), getattr(node, "dtype", None)
+  if shape is not None and dtype is not None:
+    try:
+      return _OrbaxLeaf(source, keys, tuple(shape), np.dtype(dtype))
+    except TypeError:
+      pass
+  return _OrbaxValue(node)
+
+
+def _placeholders(node: Any, keys: tuple, wanted: dict, ocp,
+                  restore: bool = False) -> Any:
+  """The item (or, with `restore`, the restore args) that restores only the
+  `wanted` leaves: every other leaf an Orbax placeholder."""
+  if isinstance(node, dict):
+    return {k: _placeholders(v, keys + (k,), wanted, ocp, restore)
+            for k, v in node.items()}
+  if isinstance(node, (list, tuple)):
+    return [_placeholders(v, keys + (i,), wanted, ocp, restore)
+            for i, v in enumerate(node)]
+  if keys not in wanted:
+    return ocp.PLACEHOLDER
+  if restore:
+    return ocp.RestoreArgs(restore_type=np.ndarray)
+  return node
 
 
 def subtree(tree: Any, keys: str, spec: str) -> Any:

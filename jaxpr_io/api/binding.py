@@ -15,6 +15,7 @@ argument.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Mapping
 
@@ -29,6 +30,7 @@ from jaxpr_io.pytree import nodes as tree_nodes
 from jaxpr_io.pytree import read as tree_read
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.compat import symbolic
+from jaxpr_io.format import limits
 from jaxpr_io.errors import UnsupportedError
 
 
@@ -41,6 +43,48 @@ class FlatSource(dict):
   def __init__(self, arrays: Mapping[str, Any], name: str):
     super().__init__(arrays)
     self.name = name
+
+
+class SourceError(ValueError):
+  """A bind SOURCE that cannot be read, has no such subtree, or is larger
+  than it may be (one line)."""
+
+
+class SourceTree(dict):
+  """A source's tree of arrays (an Orbax checkpoint's), with `name`, the
+  SOURCE it was read from (`ckpt/7/state:params`), for messages."""
+
+  def __init__(self, tree: Mapping, name: str):
+    super().__init__(tree)
+    self.name = name
+
+
+class Lazy:
+  """A leaf of a bind source not looked at yet; `resolve()` gives it (a
+  `Deferred` known from the source's metadata)."""
+
+  def resolve(self) -> Any:
+    raise NotImplementedError
+
+
+class Deferred:
+  """An array of a bind source known by its shape and dtype alone (from the
+  source's metadata), read only once every bound input has matched the
+  program. Its `source` has `name` (for messages), `limit` (the most bytes
+  it may read, or None) and `read(deferreds)` (their arrays, in order)."""
+
+  def __init__(self, shape, dtype, source):
+    self.shape = tuple(int(d) for d in shape)
+    self.dtype = np.dtype(dtype)
+    self.source = source
+
+  @property
+  def nbytes(self) -> int:
+    return math.prod(self.shape) * self.dtype.itemsize
+
+
+def _resolved(x):
+  return x.resolve() if isinstance(x, Lazy) else x
 
 
 _TOKEN = re.compile(
@@ -106,8 +150,11 @@ def _given_leaves(value, head: tuple[str, ...], where: str
       if path in given:
         raise TypeError(f"bind {where}: {value.name} has two arrays for the "
                         f"key path {key!r}")
-      given[path] = value[key]
+      # Unresolved: a member's metadata is read only if it is matched.
+      given[path] = dict.__getitem__(value, key)
     return given
+  if isinstance(value, SourceTree):
+    value = dict(value)  # a dict subclass is a leaf to JAX
   pairs, _ = jax.tree_util.tree_flatten_with_path(
       value, is_leaf=lambda x: isinstance(x, static.Static))
   given = {}
@@ -142,9 +189,11 @@ def _match(arg_def, value, head: tuple[str, ...], where: str, avals) -> list:
           "for the bound arguments")
     if text not in given:
       raise TypeError(f"bind {shown}: the program takes {aval.str_short()}, "
-                      f"the source has nothing there")
-    leaves.append(_leaf_value(given.pop(text), aval, shown))
+                      f"the source has nothing there"
+                      f"{_missing_hint(value, given, text)}")
+    leaves.append(_leaf_value(_resolved(given.pop(text)), aval, shown))
   for text, leaf in given.items():
+    leaf = _resolved(leaf)
     if text in statics or leaf is None or isinstance(leaf, static.Static):
       continue  # the static value (function, flag) a call also passes
     shown = where + "".join(f"[{k!r}]" for k in text)
@@ -152,6 +201,26 @@ def _match(arg_def, value, head: tuple[str, ...], where: str, avals) -> list:
                     f"which is not an input of the program (it takes "
                     f"{len(paths)} arrays under {where})")
   return leaves
+
+
+def _missing_hint(value, given: dict, text: tuple[str, ...]) -> str:
+  """When the input is found one level down in the source (an Orbax state
+  bound without `:params`): what the source holds at its top level and the
+  SOURCE that selects the input's level."""
+  tops = sorted({path[0] for path in given if path}, key=str)
+  under = [top for top in tops if (top,) + text in given]
+  if len(under) != 1:
+    return ""
+  name = getattr(value, "name", None)
+  shown = ", ".join(map(str, tops[:20])) + (", ..." if len(tops) > 20
+                                             else "")
+  if isinstance(value, SourceTree) and name:
+    spec = f"{name}.{under[0]}" if ":" in name else f"{name}:{under[0]}"
+    select = f"bind {spec} instead"
+  else:
+    select = "bind that subtree instead"
+  return (f"; the source holds {shown} at its top level and the input is "
+          f"under {under[0]!r}: {select}")
 
 
 def _leaf_value(x, aval, shown: str):
@@ -172,9 +241,35 @@ def _leaf_value(x, aval, shown: str):
   if shape != tuple(aval.shape) or dtype != aval.dtype:
     raise TypeError(f"bind {shown}: the program takes {aval.str_short()}, "
                     f"the source has {_type_text(shape, dtype)}")
+  if isinstance(x, Deferred):
+    return x  # read once every input has matched (_read_deferred)
   # numpy whatever the source (a device array, an npz member): the saved
   # bytes do not depend on where the weights came from.
   return np.asarray(x)
+
+
+def _read_deferred(bound: dict[int, Any]) -> None:
+  """Reads in place the arrays that only their source's metadata described,
+  now that every bound input has matched the program: first each source's
+  total against its limit, then the data, each source at once."""
+  by_source: dict[int, tuple[Any, list[int]]] = {}
+  for i, x in bound.items():
+    if isinstance(x, Deferred):
+      by_source.setdefault(id(x.source), (x.source, []))[1].append(i)
+  for source, indices in by_source.values():
+    total = sum(bound[i].nbytes for i in indices)
+    if source.limit is not None and total > source.limit:
+      raise SourceError(
+          f"{source.name}: the arrays the program needs declare "
+          f"{total:,} bytes, over the {source.limit:,} that an untrusted "
+          f"source of its size may expand to ({limits.MEMORY_FACTOR}x its "
+          f"size on disk + {limits.FIXED_OVERHEAD >> 20} MiB); nothing was "
+          f"read. Pass trusted=True (jaxpr-load "
+          f"--trusted) if you trust it")
+  for source, indices in by_source.values():
+    arrays = source.read([bound[i] for i in indices])
+    for i, array in zip(indices, arrays):
+      bound[i] = array
 
 
 def _new_in_tree(in_tree, n_args: int, kw_names) -> Any:
@@ -247,6 +342,7 @@ def bind(prog, args: tuple, kwargs: dict):
     leaves = _match(arg_def, value, head, where,
                     avals[first:first + arg_def.num_leaves])
     bound.update(zip(range(first, first + len(leaves)), leaves))
+  _read_deferred(bound)
   order = sorted(bound)
   invars = list(jaxpr.invars)
   info = jaxpr.debug_info

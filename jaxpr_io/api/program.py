@@ -135,10 +135,15 @@ class Program:
     `save` stores them in the data section, `converters.to_saved_model`
     makes them `tf.Variable`s and `converters.to_exported` bakes them in.
     The result's `in_tree` and `signature()` cover the remaining inputs.
+    A value read by `jaxpr_io.api.bind_sources.load_source` (what
+    `jaxpr-load --bind` reads) holds only its source's metadata until every
+    value has matched; its arrays are read then, up to the source's limit.
 
     Raises:
       TypeError: a value does not match: the message names the first
         mismatching key path, the type the program takes and the one found.
+      ValueError (`SourceError`): a source's arrays declare more bytes than
+        it may expand to, or its data does not match its metadata.
       UnsupportedError: the program's signature is not `(args, kwargs)`, or
         a bound input has symbolic dimensions or is a mutable ref.
     """

@@ -49,3 +49,9 @@ POLYFILL_BUILD_COST = 8 << 10
 CHECKED_EQUATIONS_FIXED = 20_000
 CHECKED_EQUATIONS_PER_STORED = 16
 MAX_CHECKED_EQUATIONS = 2_000_000
+
+# One call of a `debug_print` equation of an untrusted file prints at most
+# this many characters, by the bound of jaxpr_io/safety/printing.py
+# (computed from its format string, numpy print options and operand avals):
+# 16 Mi characters take numpy about a second to format.
+MAX_PRINTED_CHARACTERS = 1 << 24

@@ -103,6 +103,29 @@ register_quantity(
           "same budget before it is traced (no limit with `trusted=True`)")
 
 
+register_quantity(
+    name="printed characters per debug_print call",
+    counted="from the equation's format string, numpy print options and "
+            "operand avals (jaxpr_io/safety/printing.py): the elements "
+            "numpy prints (all up to the threshold, else the edge items of "
+            "each axis), each at its widest for its dtype and options, with "
+            "brackets, separators, line breaks, summary markers and JAX's "
+            "`Array(...)` text; an argument named by two fields counts twice",
+    limit=f"{limits.MAX_PRINTED_CHARACTERS:,} characters, else the "
+          "equation is refused at load with a `FormatError` naming it (no "
+          "limit with `trusted=True`)")
+register_quantity(
+    name="bytes decompressed from a bind source",
+    counted="what the arrays the program needs declare in the source's "
+            "metadata, read first (an Orbax item's tree metadata; each "
+            "needed `.npz` member's `.npy` header, at most 10,000 bytes); "
+            "members the program does not need are never read",
+    limit=f"{limits.MEMORY_FACTOR}x the source's size on disk + "
+          f"{limits.FIXED_OVERHEAD >> 20} MiB, checked before any array is "
+          "read; each `.npz` member inflated up to its declared size and no "
+          "further (no limit with `trusted=True`, `jaxpr-load --trusted`)")
+
+
 def checked_equations_limit(stored_equations: int, trusted: bool) -> int:
   """How many inlined equations `check=True` walks at most (the
   "inlined equations" row)."""

@@ -32,12 +32,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import string
+import sys
 import warnings
 from typing import Any, Callable
 
 from jaxpr_io.codec import registry
 from jaxpr_io.format import dim_grammar
 from jaxpr_io.format import limits
+from jaxpr_io.safety import printing
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 
@@ -116,6 +118,10 @@ _DROPPED_WHY = {
                                      "which writes files.",
     "compiler_params.profile_dir": "it names a directory for the Mosaic GPU "
                                    "profiler to write to.",
+    "logging_record": "it chooses the logger name, level and source "
+                      "location of what the program logs (jax.debug.log); "
+                      f"it logs as {printing.UNTRUSTED_LOGGER!r} at INFO "
+                      "instead.",
 }
 
 
@@ -292,7 +298,7 @@ def _check_format_arguments(fmt: str, in_tree,
 # numpy print options a file may set, with the values allowed.
 _PRINT_OPTIONS: dict[str, Callable[[Any], bool]] = {
     "edgeitems": lambda v: type(v) is int and 0 <= v <= 1000,
-    "threshold": lambda v: type(v) is int and 0 <= v,
+    "threshold": lambda v: type(v) is int and 0 <= v <= sys.maxsize,
     "floatmode": lambda v: v in ("fixed", "unique", "maxprec",
                                  "maxprec_equal"),
     "precision": lambda v: v is None or (type(v) is int and
@@ -310,7 +316,6 @@ _PRINT_OPTIONS: dict[str, Callable[[Any], bool]] = {
 
 
 def _screen_debug_print(name: str, params: dict, screen: Screen) -> dict:
-  del name
   if screen.trusted:
     return params
   fmt = params.get("fmt")
@@ -324,8 +329,12 @@ def _screen_debug_print(name: str, params: dict, screen: Screen) -> dict:
   for item in options:
     if not (type(item) is tuple and len(item) == 2
             and item[0] in _PRINT_OPTIONS and _PRINT_OPTIONS[item[0]](item[1])):
-      raise FormatError(f"debug_print's np_printoptions entry {item!r} is "
-                        "not an allowed numpy print option and value")
+      raise FormatError(f"debug_print's np_printoptions entry {item!r:.80} "
+                        "is not an allowed numpy print option and value")
+  if params.get("logging_record") is not None:
+    params["logging_record"] = printing.untrusted_record(
+        params["logging_record"])
+    screen.drop(name, "logging_record")
   return params
 
 
@@ -498,8 +507,16 @@ POLICIES: tuple[Policy, ...] = (
            "the format string of each failed check: as `debug_print`'s "
            "`fmt`, and it must fit the check's payload", "not validated"),
     Policy("`debug_print` `np_printoptions`", "validated",
-           "known numpy print options with bounded values only",
-           "not validated"),
+           "known numpy print options with bounded values only; an "
+           "equation one call of which could print more than "
+           "{max_printed:,} characters (computed from its format string, "
+           "options and operand avals) is refused",
+           "not validated, no limit"),
+    Policy("`debug_print` `logging_record` (`jax.debug.log`)", "dropped",
+           "reset to a record of the logger `{untrusted_logger}` at INFO "
+           "with no source location: a file cannot log as the "
+           "application's loggers, at their levels, from their files",
+           "kept"),
     Policy("meshes, `NamedSharding`, `PartitionSpec`, devices", "validated",
            "axis sizes >= 1 matching the device ids, distinct names and "
            "ids, specs naming mesh axes at most once; devices re-bound to "
@@ -537,7 +554,9 @@ def policy_table() -> str:
       jaxpr_depth=limits.MAX_JAXPR_DEPTH, value_depth=limits.MAX_VALUE_DEPTH,
       tree_depth=limits.MAX_TREE_DEPTH, memory_factor=limits.MEMORY_FACTOR,
       fixed_mib=limits.FIXED_OVERHEAD >> 20, max_width=MAX_FORMAT_WIDTH,
-      max_precision=MAX_FORMAT_PRECISION, max_rnn_size=MAX_RNN_SIZE)
+      max_precision=MAX_FORMAT_PRECISION, max_rnn_size=MAX_RNN_SIZE,
+      max_printed=limits.MAX_PRINTED_CHARACTERS,
+      untrusted_logger=printing.UNTRUSTED_LOGGER)
   rows = ["| what the file holds | action | untrusted (default) | "
           "`trusted=True` |", "| --- | --- | --- | --- |"]
   rows += [f"| {p.what} | {p.action} | {p.handling.format(**values)} | "

@@ -1,14 +1,49 @@
-"""What both command-line tools share: error reporting and progress."""
+"""What both command-line tools share: error reporting, progress, and the
+escaping of what they print."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
+import warnings
 from typing import Callable, Sequence
 
 from jaxpr_io.errors import JaxprIoError
+
+
+# What a terminal acts on instead of showing: the C0 controls (ESC starts
+# the sequences that retitle the terminal, clear the screen or recolour what
+# follows; CR and BS overwrite), DEL, the C1 controls (U+0080-U+009F: CSI,
+# OSC, ... in one character) and Unicode's bidirectional overrides and
+# isolates (which reorder what follows them on the line). Tab and newline
+# are kept only in multi-line text (`lines=True`).
+_CONTROLS = ("\x00-\x08\x0b-\x1f\x7f-\x9f"
+             "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069")
+_CONTROL = re.compile(f"[{_CONTROLS}\t\n]")
+_CONTROL_IN_LINES = re.compile(f"[{_CONTROLS}]")
+
+
+def _escaped(match: re.Match) -> str:
+  code = ord(match.group())
+  return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: str, *, lines: bool = False) -> str:
+  """`text` with every control character written as an escape (`\\x1b`,
+  `\\x9b`, `\\u202e`), so that strings from a file or a source print as
+  text: one line, or with `lines`, keeping its newlines and tabs. Every
+  string the tools print that a file, a checkpoint or an error message may
+  hold goes through it."""
+  pattern = _CONTROL_IN_LINES if lines else _CONTROL
+  return pattern.sub(_escaped, str(text))
+
+
+def say(text: str = "", *, file=None) -> None:
+  """Prints `text` (possibly several lines) escaped."""
+  print(escape(text, lines=True), file=file)
 
 
 class CliError(Exception):
@@ -59,11 +94,11 @@ def stage(prog: str, what: str):
   class _Stage:
     def __enter__(self):
       self.start = time.perf_counter()
-      print(f"{prog}: {what} ...", file=sys.stderr, flush=True)
+      print(escape(f"{prog}: {what} ..."), file=sys.stderr, flush=True)
 
     def __exit__(self, exc_type, exc, tb):
       if exc_type is None:
-        print(f"{prog}: {what} done in "
+        print(escape(f"{prog}: {what}") + " done in "
               f"{time.perf_counter() - self.start:.2f}s", file=sys.stderr,
               flush=True)
   return _Stage()
@@ -76,32 +111,57 @@ def run_main(prog: str, body: Callable[[Sequence[str]], int],
   user's code) or 2 (bad usage), with a traceback only under --debug."""
   argv = list(sys.argv[1:] if argv is None else argv)
   debug = "--debug" in argv
+  shown = warnings.formatwarning
+  warnings.formatwarning = _escaped_warning
   try:
     return body(argv)
   except (CliError, FileNotFoundError, IsADirectoryError,
           PermissionError) as e:
     if debug:
       raise
-    print(f"{prog}: error: {e}", file=sys.stderr)
+    _error(prog, str(e))
     return 2
   except (JaxprIoError, TypeError, ValueError) as e:
     if debug:
       raise
-    message = str(e).splitlines()[0] if str(e) else type(e).__name__
-    print(f"{prog}: error: {type(e).__name__}: {message}", file=sys.stderr)
+    message = _first_line(e) or type(e).__name__
+    _error(prog, f"{type(e).__name__}: {message}")
     return 1
   except (UserCodeError, ImportError) as e:
     # ImportError: a missing extra; the message names the pip command.
     if debug:
       raise
-    print(f"{prog}: error: {e}", file=sys.stderr)
+    _error(prog, str(e))
     return 1
   except Exception as e:  # pylint: disable=broad-except
     # Anything else (a JAX or TensorFlow error while converting, ...) is
     # still one line; --debug shows where it came from.
     if debug:
       raise
-    message = str(e).splitlines()[0] if str(e) else ""
-    print(f"{prog}: error: {type(e).__name__}: {message} (run with --debug "
-          "for the traceback)", file=sys.stderr)
+    message = _first_line(e)
+    _error(prog, f"{type(e).__name__}: {message} (run with --debug for the "
+           "traceback)")
     return 1
+  finally:
+    warnings.formatwarning = shown
+
+
+def _first_line(e: BaseException) -> str:
+  """The first line of an error's message (up to a newline: other line
+  breaks, such as a file's CR, are escaped)."""
+  return str(e).split("\n", 1)[0]
+
+
+def _error(prog: str, message: str) -> None:
+  """The one line of an error; its message may quote a file."""
+  print(f"{prog}: error: {escape(message)}", file=sys.stderr)
+
+
+_format_warning = warnings.formatwarning
+
+
+def _escaped_warning(message, category, filename, lineno, line=None) -> str:
+  """A warning as Python shows it, its message escaped to one line (a
+  warning may quote a file)."""
+  return _format_warning(escape(str(message)), category, filename, lineno,
+                         line)

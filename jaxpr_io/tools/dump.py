@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 import jaxpr_io
 from jaxpr_io.errors import JaxprIoError
-from jaxpr_io.tools._common import (CliError, run_main, stage,
+from jaxpr_io.tools._common import (CliError, run_main, say, stage,
                                      user_code_error)
 
 PROG = "jaxpr-dump"
@@ -161,7 +161,7 @@ def _main(argv: Sequence[str]) -> int:
   with stage(PROG, f"writing {out}"):
     jaxpr_io.save(out, prog)
   if args.text:
-    print(prog.closed_jaxpr)
+    say(str(prog.closed_jaxpr))
   print(f"wrote {out} ({os.path.getsize(out):,} bytes)", file=sys.stderr)
   return 0
 

@@ -15,7 +15,7 @@ import numpy as np
 import jaxpr_io
 from jaxpr_io import compat
 from jaxpr_io.converters._common import PLATFORMS
-from jaxpr_io.tools._common import CliError, run_main, stage
+from jaxpr_io.tools._common import CliError, escape, run_main, say, stage
 
 PROG = "jaxpr-load"
 EPILOG = """\
@@ -96,33 +96,36 @@ def _walk(closed):
 
 
 def summary(path: str, prog) -> str:
+  """The summary of a loaded program; every string from the file (names,
+  producer, metadata) is escaped, one line each."""
   closed = prog.closed_jaxpr
   jaxprs, consts = _walk(closed)
   counts = collections.Counter(e.primitive.name for j in jaxprs
                                for e in j.eqns)
   p = prog.producer
-  lines = [f"file: {path}"]
+  lines = [f"file: {escape(path)}"]
   if p:
-    lines.append(f"format version: {p['format_version']} (written by "
-                 f"jaxpr_io {p['jaxpr_io_version']}, jax {p['jax_version']}, "
-                 f"jaxlib {p['jaxlib_version']})")
+    lines.append(escape(
+        f"format version: {p['format_version']} (written by jaxpr_io "
+        f"{p['jaxpr_io_version']}, jax {p['jax_version']}, jaxlib "
+        f"{p['jaxlib_version']})"))
   lines.append("inputs:")
   for i, (name, aval) in enumerate(zip(input_paths(prog), closed.in_avals)):
-    lines.append(f"  arg{i}: {name}: {aval.str_short()}")
+    lines.append(f"  arg{i}: {escape(name)}: {escape(aval.str_short())}")
   lines.append("outputs:")
   for i, (name, aval) in enumerate(zip(output_paths(prog),
                                        closed.out_avals)):
-    lines.append(f"  out{i}: {name}: {aval.str_short()}")
+    lines.append(f"  out{i}: {escape(name)}: {escape(aval.str_short())}")
   total = sum(counts.values())
   lines.append(f"equations: {total} in {len(jaxprs)} jaxprs")
   for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-    lines.append(f"  {name}: {n}")
+    lines.append(f"  {escape(name)}: {n}")
   const_bytes = sum(int(np.asarray(c).nbytes) for c in consts
                     if not compat.is_key_array(c))
   lines.append(f"constants: {len(consts)}, {const_bytes:,} bytes")
   lines.append("metadata:" + ("" if prog.metadata else " (none)"))
   for key, value in prog.metadata.items():
-    lines.append(f"  {key}: {value}")
+    lines.append(f"  {escape(key)}: {escape(value)}")
   return "\n".join(lines)
 
 
@@ -155,7 +158,7 @@ def run(prog, in_path: str, out_path: str | None) -> None:
     return
   for i, (name, o) in enumerate(zip(output_paths(prog), outs)):
     values = np.array2string(o.reshape(-1)[:6], precision=6)
-    print(f"out{i}: {name}: {o.dtype}{list(o.shape)} {values}"
+    print(f"out{i}: {escape(name)}: {o.dtype}{list(o.shape)} {values}"
           f"{' ...' if o.size > 6 else ''}")
 
 
@@ -204,21 +207,24 @@ def parse_binds(items: Sequence[str]) -> list[tuple[int | str, str, str]]:
 _BOUND_ARG = re.compile(r"^bind (args\[(\d+)\]|kwargs\['([^']*)'\])")
 
 
-def bind(prog, binds):
-  """`prog.bind` with the arrays of each --bind SOURCE."""
+def bind(prog, binds, trusted: bool = False):
+  """`prog.bind` with the arrays of each --bind SOURCE: each source's
+  metadata first, its arrays once all have matched the program (at most
+  16x the source's size + 64 MiB of them unless `trusted`)."""
   # lazy: import time (--bind reads Orbax checkpoints and .npz files).
   from jaxpr_io.api import bind_sources  # pylint: disable=g-import-not-at-top
   positional, keyword = [], {}
   for key, source, _ in sorted(binds, key=lambda b: (
       (0, b[0], "") if isinstance(b[0], int) else (1, 0, b[0]))):
-    with stage(PROG, f"reading {source}"):
-      value = bind_sources.load_source(source)
+    with stage(PROG, f"reading the metadata of {source}"):
+      value = bind_sources.load_source(source, trusted=trusted)
     if isinstance(key, int):
       positional.append(value)
     else:
       keyword[key] = value
   try:
-    return prog.bind(*positional, **keyword)
+    with stage(PROG, "binding"):
+      return prog.bind(*positional, **keyword)
   except TypeError as e:
     # Name the --bind the mismatch comes from.
     m = _BOUND_ARG.match(str(e))
@@ -238,7 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--trusted", action="store_true",
                       help="grant what the file asks for beyond the "
                       "computation (donation, compiler options, any FFI "
-                      "target, any format string): only for files you wrote")
+                      "target, any format string, any amount of printing) "
+                      "and read --bind sources of any size: only for files "
+                      "you wrote")
   parser.add_argument("--text", action="store_true",
                       help="print the program as JAX prints it")
   parser.add_argument("--run", metavar="IN.npz",
@@ -294,7 +302,7 @@ def _main(argv: Sequence[str]) -> int:
   with stage(PROG, f"loading {args.file}"):
     prog = jaxpr_io.load(args.file, check=args.check, trusted=args.trusted)
   if binds:
-    prog = bind(prog, binds)
+    prog = bind(prog, binds, trusted=args.trusted)
   acted = False
   if args.output:
     with stage(PROG, f"writing {args.output}"):
@@ -302,11 +310,11 @@ def _main(argv: Sequence[str]) -> int:
     print(f"wrote {args.output} ({os.path.getsize(args.output):,} bytes)")
     acted = True
   if args.check:
-    print(f"{args.file}: OK (checksums, type check, lowering and "
+    print(f"{escape(args.file)}: OK (checksums, type check, lowering and "
           "compilation passed)")
     acted = True
   if args.text:
-    print(prog.closed_jaxpr)
+    say(str(prog.closed_jaxpr))
     acted = True
   if args.run:
     run(prog, args.run, args.out)
@@ -325,7 +333,7 @@ def _main(argv: Sequence[str]) -> int:
       print(f"wrote SavedModel {args.to_saved_model}")
     acted = True
   if not acted:
-    print(summary(args.file, prog))
+    say(summary(args.file, prog))
   return 0
 
 

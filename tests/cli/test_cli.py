@@ -355,9 +355,12 @@ def error_dir(bind_dir):
     ([LOAD, "predict.jaxpr", "--bind", "0=renamed.npz"], 2,
      "bind args[0]['dense']['b']: the program takes float32[3], the source "
      "has nothing there"),
+    # Issue 27: the forgotten :params lists the item's top level and says
+    # which SOURCE to give.
     ([LOAD, "predict.jaxpr", "--bind", "0=ckpt/1/state"], 2,
      "bind args[0]['dense']['b']: the program takes float32[3], the source "
-     "has nothing there"),
+     "has nothing there; the source holds params, step at its top level and "
+     "the input is under 'params': bind ckpt/1/state:params instead"),
     ([LOAD, "predict.jaxpr", "--bind", "0=ckpt/1/state:params.nope"], 1,
      "no key 'nope' under params"),
     ([LOAD, "predict.jaxpr", "--bind", "0=ckpt/1"], 1,
