@@ -12,10 +12,12 @@ from jaxpr_io import families
 from jaxpr_io.api import binding
 from jaxpr_io.format import container
 from jaxpr_io.format import files
+from jaxpr_io.format import limits
 from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.compat import specialize
 from jaxpr_io.pytree import static
 from jaxpr_io.pytree import calls as tree_calls
+from jaxpr_io.safety import costs
 from jaxpr_io.safety import validate
 from jaxpr_io.compat import hi_mutable as compat_hi_mutable
 from jaxpr_io.compat import polyfills as compat_polyfills
@@ -25,9 +27,12 @@ from jaxpr_io.write import writer
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 
-# `check=True` refuses programs larger than this (counting every use of a
-# shared sub-jaxpr), rather than run JAX's checker for a very long time.
-MAX_CHECKED_EQUATIONS = 2_000_000
+# `check=True` refuses programs larger than this (equations with their
+# inputs and outputs, counting every use of a shared sub-jaxpr) even from a
+# trusted file, rather than run JAX's checker and XLA for a very long time;
+# an untrusted file gets a limit proportional to what it stores
+# (jaxpr_io/safety/costs.py).
+MAX_CHECKED_SIZE = limits.MAX_CHECKED_SIZE
 
 
 class Program:
@@ -302,16 +307,31 @@ def _from_container(data_container: container.Container, check: bool,
   program = Program(closed, in_tree, out_tree, metadata, producer=producer,
                     _verify=verify, polyfilled=rd.polyfilled)
   if check:
+    _check_inlined_size(rd, data_container.source, trusted)
     program.closed_jaxpr  # pylint: disable=pointless-statement
-    if rd.expanded_size > MAX_CHECKED_EQUATIONS:
-      # JAX's checker re-checks a shared sub-jaxpr at every use: a small file
-      # can expand exponentially.
-      raise FormatError(
-          f"{data_container.source}: the program expands to over "
-          f"{MAX_CHECKED_EQUATIONS:,} equations when shared sub-jaxprs are "
-          "inlined, too many to type-check; load it without check=True")
     _check(program, data_container.source)
   return program
+
+
+def _check_inlined_size(rd, source: str, trusted: bool) -> None:
+  """Refuses, before `check=True` walks it, a program that expands to more
+  inlined equations than the cost model allows (the "inlined equations"
+  row of jaxpr_io/safety/costs.py): JAX's type checker and lowering walk a
+  shared sub-jaxpr again at every use, and XLA inlines calls, so a file of
+  20 jaxprs that each call the one before twice is a million equations."""
+  limit = costs.checked_equations_limit(rd.stored_size, trusted)
+  if rd.expanded_size <= limit:
+    return
+  # The first jaxpr over the limit: the sub-jaxprs it calls are within it.
+  j = next(i for i, size in enumerate(rd.sizes) if size > limit)
+  raise FormatError(
+      f"{source}: jaxpr {j} expands to {rd.sizes[j]:,} equations, inputs "
+      f"and outputs when its shared sub-jaxprs are inlined, over the "
+      f"{limit:,} that check=True walks for a file that stores "
+      f"{rd.stored_size:,} ({rd.stored_equations:,} equations): JAX's "
+      "checker and XLA walk a shared sub-jaxpr at every use; load it "
+      "without check=True"
+      + ("" if trusted else ", or with trusted=True if you wrote it"))
 
 
 # Values that exist only between the equations of a program (futures of

@@ -31,9 +31,10 @@ FIXED_OVERHEAD = 64 << 20
 
 # What the cost model (jaxpr_io/safety/costs.py) charges for each pytree
 # node of a tree the file describes, counted at every use of a shared node:
-# JAX's `PyTreeDef` holds one C++ node for each node of the expanded tree,
-# and the skeleton it is built from, flattening and key paths visit each
-# (measured: about 130 bytes a node on jax 0.10 and 0.12).
+# JAX's `PyTreeDef` holds one C++ node for each node of the expanded tree
+# (56-82 bytes a node on jax 0.10.2), unflattening it makes an object for
+# each (about 30 bytes a node), and the skeleton it is built from, flattening
+# and key paths visit each.
 TREE_NODE_COST = 200
 # What the reader may spend on one polyfill jaxpr (jaxpr_io/compat/polyfills.py):
 # a few equations and variables traced for a primitive this JAX lacks, once
@@ -41,14 +42,18 @@ TREE_NODE_COST = 200
 POLYFILL_BUILD_COST = 8 << 10
 
 # `check=True` walks a program with every use of a shared sub-jaxpr inlined:
-# JAX's type checker, its printer's sharing analysis and lowering re-walk a
-# sub-jaxpr at each use, and XLA inlines calls before compiling. An
-# untrusted file may expand to at most CHECKED_EQUATIONS_FIXED +
-# CHECKED_EQUATIONS_PER_STORED x its stored equations; a trusted one to
-# MAX_CHECKED_EQUATIONS.
-CHECKED_EQUATIONS_FIXED = 20_000
-CHECKED_EQUATIONS_PER_STORED = 16
-MAX_CHECKED_EQUATIONS = 2_000_000
+# JAX's type checker and its printer's sharing analysis re-walk a sub-jaxpr
+# at each use, and XLA inlines calls before compiling. What it walks is
+# counted in equations plus their inputs and outputs (XLA's compile time
+# grows faster than linearly in the operands of inlined calls: 20 levels of
+# a call with 200 operands, each calling the one below twice, took 225 s at
+# 9 levels). An untrusted file may expand to at most CHECKED_SIZE_FIXED +
+# CHECKED_SIZE_PER_STORED x what it stores; a trusted one to
+# MAX_CHECKED_SIZE. At CHECKED_SIZE_FIXED, check=True took 3-6 s on a
+# 2-core machine for the worst shapes tried (tests/hostile/test_expansion.py).
+CHECKED_SIZE_FIXED = 40_000
+CHECKED_SIZE_PER_STORED = 16
+MAX_CHECKED_SIZE = 6_000_000
 
 # One call of a `debug_print` equation of an untrusted file prints at most
 # this many characters, by the bound of jaxpr_io/safety/printing.py

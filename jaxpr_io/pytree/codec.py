@@ -35,6 +35,7 @@ def decode_treedef_value(r, msg, depth):
   del depth
   if r.msg.format_version < 4:
     raise FormatError("a treedef param value in a file before version 4")
+  r.charge_tree(msg.treedef, "a treedef value")
   node = tree_read._read(r, msg.treedef, 0, r.tree_memo)  # pylint: disable=protected-access
   fallbacks: list[tuple[tuple, str, str]] = []
   treedef = tree_read._build(node, (), fallbacks)  # pylint: disable=protected-access

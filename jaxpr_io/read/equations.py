@@ -55,7 +55,9 @@ class Kind(NamedTuple):
   n_in: int
   n_out: int
   refs: tuple[int, ...]  # sub-jaxprs its params refer to
-  weight: int            # 1 + their size with shared sub-jaxprs inlined
+  # What one equation of the kind weighs inlined: 1 + its inputs and
+  # outputs + what its sub-jaxprs weigh inlined (Reader.sizes).
+  weight: int
   drops: tuple[tuple[str, str], ...]  # (primitive, param) a screen dropped
 
 
@@ -148,8 +150,9 @@ def resolve_kind(reader, k: int) -> Kind:
     values = screen(release_name, values, scratch)
     drops = tuple(scratch.dropped)
   validate.check_equation(name, prim, n_in, n_out, values)
-  kind = reader.kinds[k] = Kind(prim, values, n_in, n_out, refs,
-                                1 + sum(reader.sizes[j] for j in refs), drops)
+  kind = reader.kinds[k] = Kind(
+      prim, values, n_in, n_out, refs,
+      1 + n_in + n_out + sum(reader.sizes[j] for j in refs), drops)
   return kind
 
 

@@ -45,6 +45,7 @@ from jaxpr_io.read import avals as read_avals
 from jaxpr_io.read import contexts as read_contexts
 from jaxpr_io.codec import registry
 from jaxpr_io.pytree import read as tree_read
+from jaxpr_io.safety import costs
 from jaxpr_io.safety import trust
 from jaxpr_io.safety import validate
 from jaxpr_io.format import vocabulary
@@ -131,6 +132,14 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     self._kind_index: dict[tuple[int, int, int, int], int] = {}
     self._kind_arity: tuple[np.ndarray, np.ndarray] | None = None
     self.tree_memo = tree_read.TreeMemo(msg)
+    # Nodes and leaves of the file's pytrees, shared nodes expanded, counted
+    # before a tree is built (`charge_tree`).
+    self.tree_counts = costs.TreeCounts(msg)
+    # Equations stored in the file, and those with their inputs and outputs
+    # (`charge_tables`): what check=True's limit on inlined equations is
+    # proportional to.
+    self.stored_equations = 0
+    self.stored_size = 0
     # Array index -> (value, aval) of a literal, checked once.
     self._literals: dict[int, tuple] = {}
     # Jaxpr indices referenced by the param set being decoded, for each
@@ -178,11 +187,37 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
                 "the program's tables")
     self.charge((len(m.equation_kinds) + len(m.tree_nodes))
                 * _TABLE_ENTRY_COST, "the equation kinds and pytree tables")
-    self.charge(sum((len(j.eqns) + len(j.equations.kinds) // 4) * _EQN_COST
-                    + (len(j.eqns) + len(j.equations.outvars) // 4
-                       + len(j.equations.invars) // 4
-                       + len(j.constvars) + len(j.invars)) * _VAR_COST
-                    for j in m.jaxprs[:]), "the program's equations")
+    jaxprs = m.jaxprs[:]
+    self.stored_equations = sum(len(j.eqns) + len(j.equations.kinds) // 4
+                                for j in jaxprs)
+    self.stored_size = self.stored_equations + sum(
+        (len(j.equations.invars) + len(j.equations.outvars)) // 4
+        + sum(len(e.invars) + len(e.outvars) for e in j.eqns)  # versions 1-2
+        for j in jaxprs)
+    self.charge(self.stored_equations * _EQN_COST
+                + sum(len(j.eqns) + len(j.equations.outvars) // 4
+                      + len(j.equations.invars) // 4
+                      + len(j.constvars) + len(j.invars) for j in jaxprs)
+                * _VAR_COST, "the program's equations")
+
+  def charge_tree(self, msg, what: str, expected_leaves: int | None = None
+                  ) -> None:
+    """Counts the tree of `PyTree` message `msg` with every use of a shared
+    node expanded, and charges it before it is built (the "pytree nodes"
+    and "pytree leaves" rows of jaxpr_io/safety/costs.py): a file of a few
+    hundred bytes can describe a tree of 2**40 nodes. A signature
+    (`expected_leaves` given) may not have more leaves than the program has
+    inputs or outputs, trusted or not."""
+    counts = self.tree_counts.of(msg)
+    if expected_leaves is not None:
+      problem = costs.signature_leaves_problem(what, counts[1],
+                                               expected_leaves)
+      if problem is not None:
+        raise FormatError(problem)
+    if self._budget is not None:
+      self.charge(costs.tree_cost(counts),
+                  f"{what} (a pytree of {counts[0]:,} nodes, counting every "
+                  "use of a shared node)")
 
   # ------------------------------------------------------------ helpers
   # Errors are raised without a location; the loops that walk the tables
@@ -379,8 +414,10 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
 
   @property
   def expanded_size(self) -> int:
-    """Equations of the root program with every use of a shared sub-jaxpr
-    counted (what a recursive walk such as JAX's type checker visits)."""
+    """Equations of the root program, each with its inputs and outputs,
+    with every use of a shared sub-jaxpr counted (what a recursive walk such
+    as JAX's type checker visits, and what XLA compiles once calls are
+    inlined)."""
     return self.sizes[self.msg.closed_jaxprs[self.msg.root].jaxpr]
 
   def effect(self, m, env, bound: int | None = None):
@@ -534,6 +571,10 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
     reader.decode_contexts()
     reader.build_jaxprs()
     closed = reader.closed_jaxpr(msg.root)
+    reader.charge_tree(msg.in_tree, "the input signature",
+                       len(closed.jaxpr.invars))
+    reader.charge_tree(msg.out_tree, "the output signature",
+                       len(closed.jaxpr.outvars))
     in_tree, is_call = tree_read.decode_call_signature(reader, msg.in_tree)
     out_tree = tree_read.decode_treedef(reader, msg.out_tree)
   except RecursionError:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxpr_io.errors import FormatError
 from jaxpr_io.format import limits
 
 
@@ -85,14 +86,16 @@ register_quantity(
           "is built; a `treedef` value's leaves are among its nodes")
 register_quantity(
     name="inlined equations",
-    counted="per jaxpr, its equations plus, for each, the inlined "
-            "equations of the sub-jaxprs its params name (each jaxpr "
-            "counted once, from the sub-jaxprs before it)",
-    limit=f"`check=True` refuses more than "
-          f"{limits.CHECKED_EQUATIONS_FIXED:,} + "
-          f"{limits.CHECKED_EQUATIONS_PER_STORED}x the stored equations "
-          f"(with `trusted=True`: {limits.MAX_CHECKED_EQUATIONS:,}), naming "
-          "the first jaxpr over it; a load builds each sub-jaxpr once")
+    counted="per jaxpr, each equation weighs 1 + its inputs and outputs + "
+            "what the sub-jaxprs its params name weigh inlined (each jaxpr "
+            "weighed once, from the sub-jaxprs before it); the stored size "
+            "is the same count without inlining",
+    limit=f"`check=True` refuses a program over "
+          f"{limits.CHECKED_SIZE_FIXED:,} + "
+          f"{limits.CHECKED_SIZE_PER_STORED}x the stored size (with "
+          f"`trusted=True`: {limits.MAX_CHECKED_SIZE:,}), naming the first "
+          "jaxpr over it, before it checks anything; a load builds each "
+          "sub-jaxpr once")
 
 register_quantity(
     name="polyfill jaxprs",
@@ -126,14 +129,14 @@ register_quantity(
           "further (no limit with `trusted=True`, `jaxpr-load --trusted`)")
 
 
-def checked_equations_limit(stored_equations: int, trusted: bool) -> int:
-  """How many inlined equations `check=True` walks at most (the
-  "inlined equations" row)."""
+def checked_equations_limit(stored_size: int, trusted: bool) -> int:
+  """How much `check=True` walks at most, in the units of the "inlined
+  equations" row, for a file that stores `stored_size` of them."""
   if trusted:
-    return limits.MAX_CHECKED_EQUATIONS
-  return min(limits.MAX_CHECKED_EQUATIONS,
-             limits.CHECKED_EQUATIONS_FIXED
-             + limits.CHECKED_EQUATIONS_PER_STORED * stored_equations)
+    return limits.MAX_CHECKED_SIZE
+  return min(limits.MAX_CHECKED_SIZE,
+             limits.CHECKED_SIZE_FIXED
+             + limits.CHECKED_SIZE_PER_STORED * stored_size)
 
 
 # Counts saturate here: a file of n shared entries can describe 2**n nodes.
@@ -192,17 +195,58 @@ class TreeCounts:
 
 def signature_leaves_problem(what: str, leaves: int, expected: int
                              ) -> str | None:
-  """Why a signature of `leaves` leaves cannot describe `expected` values
-  (checked before the tree is built), or None."""
+  """Why signature `what` ("the input signature" or "the output
+  signature") of `leaves` leaves cannot describe `expected` values (checked
+  before the tree is built), or None."""
   if leaves <= expected:
     return None  # fewer: the reader says so once the tree is built
-  noun = "inputs" if what == "input" else "outputs"
-  verb = "takes" if what == "input" else "returns"
-  return (f"the {what} signature has {leaves:,} leaves but the program "
-          f"{verb} {expected} {noun}")
+  takes = ("takes {} inputs" if "input" in what else "returns {} outputs"
+           ).format(expected)
+  return f"{what} has {leaves:,} leaves but the program {takes}"
 
 
 def tree_cost(counts: tuple[int, int]) -> int:
   """Bytes charged for a tree of `counts` (nodes, leaves)."""
   return counts[0] * limits.TREE_NODE_COST
 
+
+
+def _treedef_values(value):
+  """The `PyTree` messages of the `treedef` values inside `Value` message
+  `value` (tuples, frozensets, records and codec values included)."""
+  stack = [value]
+  while stack:
+    v = stack.pop()
+    kind = v.WhichOneof("kind")
+    if kind == "treedef":
+      yield v.treedef
+    elif kind in ("tuple", "frozenset"):
+      stack += getattr(v, kind).items
+    elif kind == "record":
+      stack += v.record.fields
+    elif kind == "param_codec":
+      stack.append(v.param_codec)
+
+
+def check_page_costs(program_msg, file_size: int, source: str) -> None:
+  """Raises `FormatError` if the viewer's reader would refuse the file for
+  its cost: its signatures and the `treedef` values of its params, counted
+  and charged as viewer/src/reader.js does, against the budget of a file of
+  `file_size` bytes (`jaxpr-load --html` calls it before writing the
+  page)."""
+  budget = limits.MEMORY_FACTOR * file_size + limits.FIXED_OVERHEAD
+  counts = TreeCounts(program_msg)
+  trees = [("the input signature", program_msg.in_tree),
+           ("the output signature", program_msg.out_tree)]
+  trees += [(f"param set {i}, a treedef value", tree)
+            for i, param_set in enumerate(program_msg.param_sets)
+            for p in param_set.params for tree in _treedef_values(p.value)]
+  for what, tree in trees:
+    nodes = counts.of(tree)[0]
+    budget -= nodes * limits.TREE_NODE_COST
+    if budget < 0:
+      raise FormatError(
+          f"{source}: {what} is a pytree of {nodes:,} nodes (counting every "
+          f"use of a shared node), more than a file of {file_size:,} bytes "
+          f"may ask for ({limits.MEMORY_FACTOR}x its size + "
+          f"{limits.FIXED_OVERHEAD >> 20} MiB); the viewer would refuse it")

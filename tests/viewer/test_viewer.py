@@ -242,3 +242,48 @@ def test_corrupt_files_are_refused(tmp_path, offset, message):
   assert message in js.get("error", ""), js
   with pytest.raises(jaxpr_io.FormatError):
     viewer_summary.summary(bytes(data))
+
+
+# ------------------------------------------- files that expand (issue 28)
+@needs_node
+def test_js_tree_counts_are_jax_s(tmp_path):
+  """reader.js counts a signature's nodes and leaves, shared nodes
+  expanded, as JAX does (and as jaxpr_io/safety/costs.py does)."""
+  from tests.hostile import test_costs  # pylint: disable=g-import-not-at-top
+  prog = test_costs._layers_program()  # pylint: disable=protected-access
+  path = tmp_path / "layers.jaxpr"
+  jaxpr_io.save(path, prog)
+  script = ("const r = require(process.argv[1]);"
+            "const p = new r.Program(new Uint8Array("
+            "require('fs').readFileSync(process.argv[2])));"
+            "console.log(JSON.stringify([p.treeCounts(p.msg.in_tree),"
+            " p.treeCounts(p.msg.out_tree)]));")
+  out = subprocess.run([NODE, "-e", script,
+                        str(ROOT / "viewer" / "src" / "reader.js"),
+                        str(path)], capture_output=True, text=True,
+                       check=True, timeout=60)
+  assert json.loads(out.stdout) == [
+      [prog.in_tree.num_nodes, prog.in_tree.num_leaves],
+      [prog.out_tree.num_nodes, prog.out_tree.num_leaves]]
+
+
+@needs_node
+def test_js_reader_refuses_what_expands(tmp_path):
+  """The 960-byte file whose output signature is 2**41 nodes, and the same
+  chain in `treedef` params, are refused by the JavaScript reader (counted,
+  not built), as by the Python one."""
+  from tests.hostile import test_expansion  # pylint: disable=g-import-not-at-top
+  files = {"out_tree": test_expansion.shared_out_tree_file(),
+           "param": test_expansion.shared_treedef_param_file()}
+  paths_ = []
+  for name, data in files.items():
+    paths_.append(tmp_path / f"{name}.jaxpr")
+    paths_[-1].write_bytes(data)
+  out_tree, param = js_summaries(paths_)
+  assert out_tree == {"error": (
+      "the output signature is a pytree of 2,199,023,255,551 nodes "
+      "(counting every use of a shared node), more than a file of "
+      f"{len(files['out_tree']):,} bytes may ask for (16x its size + 64 "
+      "MiB); the viewer does not show it")}
+  assert ("a treedef value is a pytree of 2,199,023,255,551 nodes"
+          in param["error"]), param

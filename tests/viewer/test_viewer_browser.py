@@ -200,3 +200,54 @@ def test_corrupt_dropped_file_is_reported(driver):
       base64.b64encode(bytes(data)).decode())
   assert "program checksum mismatch" in driver.find_element("id",
                                                             "error").text
+
+
+# ------------------------------------------- files that expand (issue 28)
+def _shared_out_tree_file() -> bytes:
+  # lazy: the crafting helpers are the hostile tests' (tests/hostile/).
+  from tests.hostile import test_expansion  # pylint: disable=g-import-not-at-top
+  return test_expansion.shared_out_tree_file()
+
+
+def test_html_refuses_the_shared_out_tree_file(tmp_path, capsys):
+  """`jaxpr-load --html` refuses the 960-byte file whose output signature
+  is 2**40 leaves, in one line, and writes no page."""
+  src = tmp_path / "shared.jaxpr"
+  src.write_bytes(_shared_out_tree_file())
+  out = tmp_path / "shared.html"
+  assert load_cli.main([str(src), "--html", str(out)]) == 1
+  errors = [line for line in capsys.readouterr().err.splitlines()
+            if "error" in line]
+  assert len(errors) == 1, errors
+  assert "output signature is a pytree of" in errors[0], errors
+  assert not out.exists()
+
+
+@pytest.mark.parametrize("how", ["page", "dropped"])
+def test_page_refuses_the_shared_out_tree_file(driver, tmp_path, how):
+  """The page's own reader refuses the file, with the reason in the page,
+  whether the file is in the page (written without `jaxpr-load`'s check)
+  or dropped onto the shipped page; the page stays responsive."""
+  data = _shared_out_tree_file()
+  if how == "page":
+    # lazy: only this test writes a page around a file --html refuses.
+    from jaxpr_io.tools import html  # pylint: disable=g-import-not-at-top
+    out = tmp_path / "shared.html"
+    out.write_text(html.page_template()
+                   .replace("/*NAME*/", "shared.jaxpr", 1)
+                   .replace("/*DATA*/", base64.b64encode(data).decode(), 1))
+    viewer_browser.open_page(driver, out, timeout=60)
+  else:
+    viewer_browser.open_page_without_file(
+        driver, ROOT / "jaxpr_io" / "_viewer" / "viewer.html")
+    driver.execute_script(
+        "window.jaxprViewer.load(Uint8Array.from(atob(arguments[0]),"
+        " c => c.charCodeAt(0)), 'shared.jaxpr');",
+        base64.b64encode(data).decode())
+  text = _wait(driver, lambda: driver.find_element("id", "error").text,
+               timeout=60)
+  assert text.startswith(
+      "Cannot read shared.jaxpr: the output signature is a pytree of "
+      "2,199,023,255,551 nodes (counting every use of a shared node), more "
+      "than a file of "), text
+  assert driver.execute_script("return 1 + 1") == 2  # not hung

@@ -14,6 +14,14 @@ class FormatError extends Error {
   constructor(message) { super(message); this.name = 'FormatError'; }
 }
 
+// The cost model of jaxpr_io/safety/costs.py, with the constants of
+// jaxpr_io/format/limits.py (tests/hostile/test_costs.py checks that they
+// match): what a file's pytrees expand to, every use of a shared node
+// counted, is charged against 16x the file's size + 64 MiB before a tree
+// is built, so that a small file cannot describe a tree that hangs the page.
+const COSTS = {memoryFactor: 16, fixedOverhead: 64 * 1024 * 1024, treeNodeCost: 200};
+const COUNT_CAP = Number.MAX_SAFE_INTEGER;
+
 // ------------------------------------------------------------------ CRC-32
 // ISO-HDLC (zlib's crc32), table driven.
 const CRC_TABLE = (() => {
@@ -329,6 +337,57 @@ class Program {
     if (this.msg.format_version !== c.version) throw new FormatError(`the header says version ${c.version}, the program ${this.msg.format_version}`);
     this._avals = []; this._arrays = []; this._jaxprs = []; this._closed = []; this._blobOk = [];
     this._kinds = []; this._paramSets = []; this._stacks = null; this._trees = [];
+    this.size = bytes.length;
+    this._budget = COSTS.memoryFactor * bytes.length + COSTS.fixedOverhead;
+    this._treeCounts = [];           // [nodes, leaves] of each tree_nodes entry
+    this._charged = new WeakSet();   // PyTree messages charged already
+    this._signatures = {};
+    // The signatures are charged (and refused) here, before the page shows
+    // anything of the file.
+    this.inTree(); this.outTree();
+  }
+
+  // [nodes, leaves] of the tree of PyTree message `m`, every use of a shared
+  // node counted: each tree_nodes entry is counted once, in table order, from
+  // the entries before it (linear in the file). A reference that `tree`
+  // refuses counts as one leaf here.
+  treeCounts(m) {
+    const table = this.msg.tree_nodes, memo = this._treeCounts;
+    const entry = (i) => {
+      while (memo.length <= i) memo.push(count(table[memo.length], memo.length));
+      return memo[i];
+    };
+    const count = (top, limit) => {
+      let nodes = 0, leaves = 0;
+      const stack = [top];
+      while (stack.length) {
+        const n = stack.pop();
+        if (n.shared) {
+          const i = n.shared - 1;
+          const [a, b] = i < limit ? entry(i) : [1, 1];
+          nodes = Math.min(nodes + a, COUNT_CAP); leaves = Math.min(leaves + b, COUNT_CAP);
+          continue;
+        }
+        nodes++;
+        if (n.kind === 1) leaves++;  // LEAF
+        for (const c of n.children) stack.push(c);
+      }
+      return [nodes, leaves];
+    };
+    return count(m, table.length);
+  }
+
+  // Charges the tree of `m` against the budget, once per message.
+  chargeTree(m, what) {
+    if (this._charged.has(m)) return;
+    const [nodes] = this.treeCounts(m);
+    this._budget -= nodes * COSTS.treeNodeCost;
+    if (this._budget < 0) {
+      throw new FormatError(`${what} is a pytree of ${nodes.toLocaleString('en-US')} nodes (counting every use ` +
+        `of a shared node), more than a file of ${this.size.toLocaleString('en-US')} bytes may ask for ` +
+        `(${COSTS.memoryFactor}x its size + ${COSTS.fixedOverhead / 1048576} MiB); the viewer does not show it`);
+    }
+    this._charged.add(m);
   }
 
   string(i) {
@@ -460,7 +519,7 @@ class Program {
       case 'type': return {type: m.type.$kind === 'numpy_scalar' ? {numpy: this.dtype(m.type.numpy_scalar)} : this.string(m.type.builtin)};
       case 'frozenset': return {frozenset: m.frozenset.items.map(v => this.value(v))};
       case 'dim_expr': return {dim: this.string(m.dim_expr)};
-      case 'treedef': return {treedef: this.tree(m.treedef)};
+      case 'treedef': return {treedef: this.tree(m.treedef, 'a treedef value')};
       case 'aval': return {aval: this.aval(m.aval)};
     }
     throw new FormatError(`a Value without a kind`);
@@ -508,14 +567,22 @@ class Program {
     return e;
   }
 
-  // A pytree, with shared nodes resolved: {kind, children, keys, ...}.
-  tree(m) {
+  // A pytree, with shared nodes resolved: {kind, children, keys, ...};
+  // charged first (`chargeTree`). A tree_nodes entry refers only to entries
+  // before it.
+  tree(m, what) {
+    this.chargeTree(m, what);
+    return this._tree(m, this.msg.tree_nodes.length);
+  }
+
+  _tree(m, limit) {
     if (m.shared) {
       const i = m.shared - 1;
-      if (!this._trees[i]) this._trees[i] = this.tree(this.index('tree_nodes', i, 'tree node'));
+      if (!(i < limit)) throw new FormatError(`a pytree node refers to shared node ${i}, which is out of range or does not come before it`);
+      if (!this._trees[i]) this._trees[i] = this._tree(this.msg.tree_nodes[i], i);
       return this._trees[i];
     }
-    const t = {kind: TREE_KIND[m.kind] || String(m.kind), children: m.children.map(c => this.tree(c))};
+    const t = {kind: TREE_KIND[m.kind] || String(m.kind), children: m.children.map(c => this._tree(c, limit))};
     if (m.keys.length) t.keys = m.keys.map(v => this.value(v));
     if (m.kind === 6) t.name = m.custom_name;
     if (m.kind === 7) {
@@ -602,8 +669,12 @@ class Program {
   root() { return this.closed(this.msg.root); }
   producer() { return Object.assign({format_version: this.formatVersion}, this.msg.producer || {}); }
   metadata() { return this.msg.metadata.map(kv => [kv.key, kv.value]); }
-  inTree() { return this.msg.in_tree ? this.tree(this.msg.in_tree) : null; }
-  outTree() { return this.msg.out_tree ? this.tree(this.msg.out_tree) : null; }
+  inTree() { return this.signature('in_tree', 'the input signature'); }
+  outTree() { return this.signature('out_tree', 'the output signature'); }
+  signature(field, what) {
+    if (!(field in this._signatures)) this._signatures[field] = this.msg[field] ? this.tree(this.msg[field], what) : null;
+    return this._signatures[field];
+  }
 }
 
 // ------------------------------------------------------- pytree key paths
