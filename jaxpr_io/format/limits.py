@@ -45,14 +45,14 @@ POLYFILL_BUILD_COST = 8 << 10
 # JAX's type checker and its printer's sharing analysis re-walk a sub-jaxpr
 # at each use, and XLA inlines calls before compiling. What it walks is
 # counted in equations plus their inputs and outputs (XLA's compile time
-# grows faster than linearly in the operands of inlined calls: 20 levels of
-# a call with 200 operands, each calling the one below twice, took 225 s at
-# 9 levels). An untrusted file may expand to at most CHECKED_SIZE_FIXED +
+# grows faster than linearly in the operands of inlined calls: 9 levels of
+# a call with 200 operands, each calling the one below twice, took 225 s). An untrusted file may expand to at most CHECKED_SIZE_FIXED +
 # CHECKED_SIZE_PER_STORED x what it stores; a trusted one to
-# MAX_CHECKED_SIZE. At CHECKED_SIZE_FIXED, check=True took 3-6 s on a
-# 2-core machine for the worst shapes tried (tests/hostile/test_expansion.py).
+# MAX_CHECKED_SIZE. At these limits check=True took 3-7 s on a 2-core
+# machine for the worst small files tried, 33 s for a 527 KB one
+# (docs/trust-model.md#cost-model). Real programs expand 1-4x.
 CHECKED_SIZE_FIXED = 40_000
-CHECKED_SIZE_PER_STORED = 16
+CHECKED_SIZE_PER_STORED = 8
 MAX_CHECKED_SIZE = 6_000_000
 
 # One call of a `debug_print` equation of an untrusted file prints at most
