@@ -46,7 +46,8 @@ POLYFILL_BUILD_COST = 8 << 10
 # at each use, and XLA inlines calls before compiling. What it walks is
 # counted in equations plus their inputs and outputs (XLA's compile time
 # grows faster than linearly in the operands of inlined calls: 9 levels of
-# a call with 200 operands, each calling the one below twice, took 225 s). An untrusted file may expand to at most CHECKED_SIZE_FIXED +
+# a call with 200 operands, each calling the one below twice, took 225 s).
+# An untrusted file may expand to at most CHECKED_SIZE_FIXED +
 # CHECKED_SIZE_PER_STORED x what it stores; a trusted one to
 # MAX_CHECKED_SIZE. At these limits check=True took 3-7 s on a 2-core
 # machine for the worst small files tried, 33 s for a 527 KB one
