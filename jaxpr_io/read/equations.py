@@ -55,9 +55,7 @@ class Kind(NamedTuple):
   n_in: int
   n_out: int
   refs: tuple[int, ...]  # sub-jaxprs its params refer to
-  # What one equation of the kind weighs inlined: 1 + its inputs and
-  # outputs + what its sub-jaxprs weigh inlined (Reader.sizes).
-  weight: int
+  weight: int            # 1 + #inputs + #outputs + sub-jaxprs' sizes inlined
   drops: tuple[tuple[str, str], ...]  # (primitive, param) a screen dropped
 
 
@@ -150,9 +148,8 @@ def resolve_kind(reader, k: int) -> Kind:
     values = screen(release_name, values, scratch)
     drops = tuple(scratch.dropped)
   validate.check_equation(name, prim, n_in, n_out, values)
-  kind = reader.kinds[k] = Kind(
-      prim, values, n_in, n_out, refs,
-      1 + n_in + n_out + sum(reader.sizes[j] for j in refs), drops)
+  weight = 1 + n_in + n_out + sum(reader.sizes[j] for j in refs)
+  kind = reader.kinds[k] = Kind(prim, values, n_in, n_out, refs, weight, drops)
   return kind
 
 
