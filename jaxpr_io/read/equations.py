@@ -436,16 +436,7 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
               in_bounds, in_bounds[1:], out_bounds, out_bounds[1:],
               batch.source_infos[start:stop], batch.contexts[start:stop])]
   _polyfill(r, j, kind_ids, eqns)  # usually nothing to do
-  try:
-    for i, messages in cols.effects.items():
-      e = eqns[i]
-      bound = int(batch.first_out[start + i])  # variables it may name
-      eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params,
-                        {r.effect(m, env, bound) for m in messages},
-                        e.source_info, e.ctx)
-  except validate.DECODE_ERRORS as error:
-    raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): "
-                      f"{validate.describe_error(error)}") from None
+  _set_effects(r, env, batch, start, kind_ids, cols, eqns)
 
   used_kinds = [k for k, _ in used]
   if compat.MERGED_JAXPRS:
@@ -477,6 +468,23 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
     for primitive, param in kind.drops:
       r.screen.drop(primitive, param, count)
   return eqns
+
+
+def _set_effects(r, env, batch: Batch, start: int, kind_ids, cols: Columns,
+                 eqns: list) -> None:
+  """Gives the equations with stored effects their effects (most have
+  none)."""
+  new_eqn = compat.JaxprEqn
+  try:
+    for i, messages in cols.effects.items():
+      e = eqns[i]
+      bound = int(batch.first_out[start + i])  # variables it may name
+      eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params,
+                        {r.effect(m, env, bound) for m in messages},
+                        e.source_info, e.ctx)
+  except validate.DECODE_ERRORS as error:
+    raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): "
+                      f"{validate.describe_error(error)}") from None
 
 
 def _polyfill(r, j: int, kind_ids, eqns) -> None:
