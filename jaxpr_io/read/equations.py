@@ -421,8 +421,7 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
   in_bounds = batch.in_bounds[start:stop + 1]
   out_bounds = batch.out_bounds[start:stop + 1]
   new_eqn, no_effects = compat.JaxprEqn, compat.no_effects
-  # Primitives and params gathered apart: cheaper than two subscripts of a
-  # Kind per equation.
+  # Primitives and params apart: cheaper than two Kind subscripts each.
   kind_primitives, kind_params = batch.kind_primitives, batch.kind_params
   for k, _ in used:
     if kind_primitives[k] is None:
