@@ -4,6 +4,8 @@ creates its backends, which happens lazily on first use."""
 
 import os
 
+import pytest
+
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
@@ -12,6 +14,22 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 # Keras 3 picks its backend when first imported, possibly by another library
 # (tests/support/zoo2.py's keras3_mlp needs the JAX backend).
 os.environ["KERAS_BACKEND"] = "jax"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def read_back_every_write():
+  """jaxpr_io's debug mode for the whole suite: every `dumps` and `save`
+  reads its output back (jaxpr_io/api/program.py, `READ_BACK`), so no test
+  program is written that the reader refuses. Through the environment, so
+  that the fresh processes tests start check too; session-scoped, so that
+  it is on before any module-scoped fixture writes. JAXPR_IO_READ_BACK=0
+  in the environment switches it off (to time the suite without it)."""
+  if "JAXPR_IO_READ_BACK" in os.environ:
+    yield
+    return
+  os.environ["JAXPR_IO_READ_BACK"] = "1"
+  yield
+  del os.environ["JAXPR_IO_READ_BACK"]
 
 
 # Primitive coverage (issue 12: "covered" means a test program that uses the

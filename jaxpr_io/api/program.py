@@ -10,6 +10,7 @@ import jax
 from jaxpr_io import compat
 from jaxpr_io import families
 from jaxpr_io.api import binding
+from jaxpr_io.api import inputs
 from jaxpr_io.format import container
 from jaxpr_io.format import files
 from jaxpr_io.format import limits
@@ -95,6 +96,12 @@ class Program:
     Equinox module takes those objects, or the same values in nested plain
     dicts (see `signature()` and jaxpr_io/pytree/calls.py). Raises TypeError,
     listing the expected key paths, otherwise.
+
+    Each input's shape and dtype are checked: a wrong one is a TypeError
+    naming the input's key path, the type the program takes and the one
+    found. Python scalars and other weakly typed values pass where JAX's
+    promotion gives the input's dtype (a Python float into a float32
+    input, not into an int32 one): jaxpr_io/api/inputs.py.
     """
     call = (args, kwargs)
     statics = static.static_paths(self.in_tree)
@@ -103,6 +110,7 @@ class Program:
       # place becomes its `Static` node again (see jaxpr_io/pytree/static.py).
       call = static.mark(call, statics)
     flat = tree_calls.flatten_call_args(self.in_tree, call)
+    flat = self._check_dtypes(flat)
     fun = self._flat_fun(flat)
     if self._boxes:
       flat = hi_mutable.exact_inputs(
@@ -154,6 +162,17 @@ class Program:
     """
     closed, in_tree = binding.bind(self, args, kwargs)
     return Program(closed, in_tree, self.out_tree, self.metadata)
+
+  def _check_dtypes(self, flat):
+    """`flat` checked against the input dtypes (jaxpr_io/api/inputs.py),
+    weakly typed values converted to them."""
+    avals = self._closed_jaxpr.in_avals
+    skip = [hi_mutable.is_hi_mutable(a)
+            or compat_hi_mutable.current_state(x) is not None
+            for x, a in zip(flat, avals)]
+    return inputs.check_dtypes(avals, flat, skip, lambda i: tree_calls.
+                               display_path(tree_calls.leaf_paths(
+                                   self.in_tree)[i]))
 
   def _flat_fun(self, flat):
     """The evaluator for these flat arguments: the program itself, or, for a
@@ -274,17 +293,53 @@ def serialize(program):
                               program.out_tree, program.metadata)
 
 
+# Debug mode, off by default (reading costs about as much as writing):
+# `dumps` and `save` read what they wrote back with the reader before
+# returning, so that a program the writer stores but the reader refuses
+# fails where it is written, with the reader's message, instead of in
+# another process later. True or False sets it for this process; None
+# follows the environment variable JAXPR_IO_READ_BACK ("1": on). The test
+# suite switches it on for every test (tests/conftest.py).
+READ_BACK: bool | None = None
+
+
+def _read_back_enabled() -> bool:
+  if READ_BACK is not None:
+    return READ_BACK
+  return os.environ.get("JAXPR_IO_READ_BACK", "") not in ("", "0")
+
+
+def _read_back(data_container: container.Container) -> None:
+  """Debug mode: rebuilds the program just written (constants unverified:
+  their checksums were just computed; trusted: what the writer kept is the
+  program's own), or raises FormatError naming the reader's refusal."""
+  try:
+    reader.read(data_container, verify_blobs=False, trusted=True)
+  except FormatError as e:
+    raise FormatError(
+        f"jaxpr_io's reader refuses the file its writer just wrote (a bug "
+        f"of the writer; please report it with the program): {e}") from None
+
+
 def dumps(program) -> bytes:
   """The file bytes of a `Program` or a bare `ClosedJaxpr`. Deterministic:
-  the same program always gives the same bytes."""
-  return container.to_bytes(*serialize(program))
+  the same program always gives the same bytes. In debug mode (`READ_BACK`)
+  the bytes are read back first."""
+  data = container.to_bytes(*serialize(program))
+  if _read_back_enabled():
+    _read_back(container.Container(data))
+  return data
 
 
 def save(path: str | os.PathLike, program) -> None:
   """Writes `program` to `path` atomically (temporary file + rename): the
   bytes of `dumps`, with the constants written from their own buffers, and
-  checksummed while they are written."""
-  files.write_file(path, *serialize(program))
+  checksummed while they are written. In debug mode (`READ_BACK`) its
+  bytes are read back before anything is written."""
+  pending = serialize(program)
+  if _read_back_enabled():
+    _read_back(container.Container(container.to_bytes(*pending)))
+  files.write_file(path, *pending)
 
 
 def _from_container(data_container: container.Container, check: bool,

@@ -101,7 +101,8 @@ class JaxprEncoder:
       hi_mutable.encode_qdds(w, self.qdd_vars, message.qdds)
     message.outvars.extend(self.atom(a) for a in jaxpr.outvars)
     self.effects(jaxpr.effects, message.effects)
-    self.debug_info(jaxpr.debug_info, message.debug_info)
+    self.debug_info(jaxpr.debug_info, message.debug_info,
+                    len(jaxpr.invars), len(jaxpr.outvars))
     message.is_high = jaxpr.is_high
     return message
 
@@ -136,17 +137,24 @@ class JaxprEncoder:
     columns.contexts.append(w.eqn_context(eqn.ctx))
     columns.name_stacks.append(w.name_stack(eqn.source_info.name_stack))
 
-  def debug_info(self, info, out) -> None:
+  def debug_info(self, info, out, n_in: int, n_out: int) -> None:
+    """The debug info of a jaxpr of `n_in` inputs and `n_out` outputs. Its
+    argument names and result paths are kept only where there is one per
+    input and output: some jaxprs have names that do not match (the JVP
+    rule of `jax.scipy.special.log_ndtr`, traced with the debug info of a
+    rule that also takes the static `series_order`), and the reader refuses
+    those lengths, which JAX asserts inside transformations (DCE); JAX's
+    own default, no names, is stored instead."""
     w = self.w
     out.traced_for = w.string(info.traced_for)
     out.func_src_info = w.string(info.func_src_info)
-    if info.arg_names is not None:
+    if info.arg_names is not None and len(info.arg_names) == n_in:
       out.has_arg_names = True
       out.arg_names.extend(w.string(n) for n in info.arg_names)
     paths = info.result_paths
-    if paths is not None:
-      if not isinstance(paths, tuple):
-        paths = tuple(paths())
+    if paths is not None and not isinstance(paths, tuple):
+      paths = tuple(paths())
+    if paths is not None and len(paths) == n_out:
       out.has_result_paths = True
       out.result_paths.extend(w.string(p) for p in paths)
 
