@@ -173,7 +173,55 @@ LIBRARY_FUNCTIONS: frozenset[tuple[str, str]] = frozenset({
     ("optimistix._root_find", "_rewrite_fn"),
     ("optimistix._minimise", "_rewrite_fn"),
     ("optimistix._least_squares", "_rewrite_fn"),
+    # Lineax's norms: the default `norm` of its iterative solvers (CG,
+    # BiCGStab, GMRES: max_norm; LSMR: two_norm), and what a user passes.
+    ("lineax._norm", "max_norm"),
+    ("lineax._norm", "rms_norm"),
+    ("lineax._norm", "two_norm"),
+    # Optimistix's NonlinearCG `method`s (polak_ribiere is its default).
+    ("optimistix._solver.nonlinear_cg", "polak_ribiere"),
+    ("optimistix._solver.nonlinear_cg", "fletcher_reeves"),
+    ("optimistix._solver.nonlinear_cg", "hestenes_stiefel"),
+    ("optimistix._solver.nonlinear_cg", "dai_yuan"),
+    # Diffrax: SaveAt's default `fn`, and the seminorm a PIDController of
+    # a BacksolveAdjoint takes as its `norm`.
+    ("diffrax._saveat", "save_y"),
+    ("diffrax._misc", "adjoint_rms_seminorm"),
 })
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryCallback:
+  """A host callback a library makes itself (a closure, so no user can
+  register it): stored by `name` and the values of its free variables
+  `stored`, which must be plain data (strings, numbers, tuples of them);
+  the loading process rebuilds the function from the library's own code,
+  its free variables `rebuilt` given these fixed values (what describes only
+  the writing process). The library's code is found by tracing the API
+  that makes it (jaxpr_io/families/libraries/error_callbacks.py)."""
+  name: str                 # stable name, e.g. "equinox.error_if.raises"
+  module: str               # the function's __module__
+  qualname: str             # its __qualname__
+  package: str              # the pip package
+  stored: tuple[str, ...]   # free variables stored as data
+  rebuilt: tuple[tuple[str, Any], ...] = ()
+
+
+# Equinox's runtime errors (`eqx.error_if`, `branched_error_if`, so
+# Diffrax's `throw=True`, Optimistix's, Lineax's): `raises` raises
+# Equinox's runtime error with `msgs[index]`; `tpu_msg` is the TPU's
+# fallback (the TPU runtime cannot raise). `stack` is the writing process's
+# Python stack at trace time, which Equinox's `filter_jit` prints: it names
+# the writer's files and lines, so it is not stored.
+LIBRARY_CALLBACKS: tuple[LibraryCallback, ...] = (
+    LibraryCallback("equinox.error_if.raises", "equinox._errors",
+                    "_error.<locals>.raises", "equinox", ("msgs",),
+                    (("stack", ()),)),
+    LibraryCallback("equinox.error_if.tpu_msg", "equinox._errors",
+                    "_error.<locals>.tpu_msg", "equinox", ("msgs",)),
+)
+if len({c.name for c in LIBRARY_CALLBACKS}) != len(LIBRARY_CALLBACKS):
+  raise RuntimeError("two library callbacks share a serialized name")
 
 
 def find_function(module_name: str, qualname: str):

@@ -22,7 +22,11 @@ Stored values (inside `Value.param_codec`), by (primitive, param):
 
 * `pure_callback` / `io_callback`, `callback` (JAX's `_FlatCallback`):
   `(name, in_tree)`, the registered name of the user function and the
-  structure of its `(args, kwargs)`;
+  structure of its `(args, kwargs)`; or, for a callback a library of
+  jaxpr_io's table makes itself (Equinox's `error_if`, so Diffrax's and
+  Optimistix's `throw=True`), `(name, in_tree, ((free variable, value),
+  ...))`, rebuilt from the loading process's library
+  (jaxpr_io/families/libraries/error_callbacks.py), without registration;
 * `buffer_callback`, `callback` (the user function itself): its
   registered name; the other params (`result_avals`, `in_tree`, `out_tree`,
   ...) are plain data, avals and treedefs;
@@ -60,7 +64,9 @@ from jaxpr_io import compat
 from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import callbacks as compat_callbacks
+from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.compat import tree_tuples
+from jaxpr_io.families.libraries import error_callbacks
 from jaxpr_io.pytree.calls import is_call_signature
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -199,6 +205,13 @@ def _flat_callback_encoder(api: str):
       raise UnsupportedError(
           f"the {api} callback {_describe_fn(callback)} was not made by "
           f"{api}; it cannot be stored")
+    library = error_callbacks.encode(callback.callback_func)
+    if library is not None:
+      # A library's own callback (Equinox's error_if): its table name, its
+      # arguments' structure as an exact treedef value (it holds the
+      # library's pytree types, e.g. Equinox's EnumerationItem), and its
+      # free variables' values.
+      return (library[0], callback.in_tree, library[1])
     return (_name_of(callback.callback_func, api),
             tree_tuples.encode_treedef(callback.in_tree))
   return encode
@@ -206,10 +219,20 @@ def _flat_callback_encoder(api: str):
 
 def decode_flat_callback(stored, params):
   del params
-  if type(stored) is not tuple or len(stored) != 2:
-    raise FormatError(f"callback {stored!r} is not a (name, in_tree) pair")
-  name, tree = stored
-  return compat_callbacks.FlatCallback(_lookup(name), _call_tree(tree))
+  if type(stored) is not tuple or len(stored) not in (2, 3):
+    raise FormatError(f"callback {stored!r:.120} is not a (name, in_tree) "
+                      "pair or a library callback's (name, in_tree, values)")
+  if len(stored) == 2:
+    return compat_callbacks.FlatCallback(_lookup(stored[0]),
+                                         _call_tree(stored[1]))
+  name, tree, values = stored
+  if (type(tree) is not compat_pytrees.PyTreeDef
+      or not is_call_signature(tree)):
+    raise FormatError(f"library callback {name!r:.80}: the argument "
+                      "structure is not the treedef of (args tuple, kwargs "
+                      "dict with string keys)")
+  return compat_callbacks.FlatCallback(error_callbacks.decode(name, values),
+                                       tree)
 
 
 # ------------------------------------------------------- buffer_callback

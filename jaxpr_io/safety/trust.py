@@ -480,7 +480,11 @@ POLICIES: tuple[Policy, ...] = (
     Policy("`pure_callback`, `io_callback`, `debug_callback` `callback`",
            "allowlisted",
            "resolved by name among the functions the loading process "
-           "registered with `jaxpr_io.register_callback`", "the same"),
+           "registered with `jaxpr_io.register_callback`, or one of the "
+           "table's library callbacks "
+           "(`jaxpr_io.codec.library_table.LIBRARY_CALLBACKS`: Equinox's "
+           "`error_if` closures, rebuilt from the loading process's Equinox "
+           "with the file's messages, strings only)", "the same"),
     Policy("`custom_partitioning` `partition`, `propagate_user_sharding`, "
            "`infer_sharding_from_operands`, `sharding_rule`", "allowlisted",
            "taken from the `custom_partitioning` object the loading process "
@@ -495,7 +499,8 @@ POLICIES: tuple[Policy, ...] = (
            "registered with `jaxpr_io.register_hi_primitive`; its "
            "constructor arguments are validated before the call",
            "the same"),
-    Policy("library functions in Equinox, Lineax and Optimistix values "
+    Policy("library functions in Equinox, Lineax, Optimistix and Diffrax "
+           "values "
            "(loop bodies, objective rewrites, norms)", "allowlisted",
            "one of `jaxpr_io.codec.library_table.LIBRARY_FUNCTIONS`, by module and "
            "name; never another function of those packages", "the same"),
