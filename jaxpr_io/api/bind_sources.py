@@ -15,6 +15,7 @@ A SOURCE is
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -92,7 +93,13 @@ class _OrbaxSource:
     restore_args = _placeholders(self.metadata, (), wanted, ocp,
                                  restore=True)
     try:
-      with ocp.PyTreeCheckpointer() as checkpointer:
+      with ocp.PyTreeCheckpointer() as checkpointer, (
+          warnings.catch_warnings()):
+        # Orbax warns at every restore without shardings that it reads
+        # them from the checkpoint: the arrays become numpy constants,
+        # wherever they were saved.
+        warnings.filterwarnings("ignore", "Sharding info not provided",
+                                UserWarning)
         restored = checkpointer.restore(
             os.path.abspath(self.path), args=ocp.args.PyTreeRestore(
                 item=item, restore_args=restore_args))

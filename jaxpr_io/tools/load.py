@@ -233,6 +233,47 @@ def bind(prog, binds, trusted: bool = False):
     raise CliError(f"--bind {item}: {e}" if item else str(e)) from None
 
 
+def _custom_nodes(*trees) -> list[str]:
+  """The names of the pytree node types in `trees` that jax.export does not
+  serialize by itself: all but tuples, lists, dicts of string keys and
+  None (Equinox modules, Flax structs, namedtuples, ...)."""
+  builtin = (tuple, list, dict, type(None))
+  names, stack = set(), list(trees)
+  while stack:
+    tree = stack.pop()
+    data = tree.node_data()
+    if data is not None and data[0] not in builtin:
+      names.add(f"{data[0].__module__}.{data[0].__qualname__}")
+    elif data is not None and data[0] is dict and not all(
+        type(k) is str for k in data[1]):
+      names.add("dict with keys that are not strings")
+    stack.extend(tree.children())
+  return sorted(names)
+
+
+def save_exported(converters, prog, path: str, platforms) -> None:
+  """--to-exported. jax.export serializes a signature's custom pytree nodes
+  only if the process registered them with
+  `jax.export.register_pytree_node_serialization`, which a CLI user cannot
+  do: such a program is exported with its flat signature, the inputs arg0,
+  arg1, ... in the order the summary and --run use, the outputs a list."""
+  nodes = _custom_nodes(prog.in_tree, prog.out_tree)
+  if nodes:
+    print(f"{PROG}: note: the signature holds pytree node types that "
+          f"jax.export cannot serialize ({', '.join(nodes)}); the exported "
+          "program takes the flat inputs arg0, arg1, ... (in the order "
+          "jaxpr-load's summary lists) and returns a flat list",
+          file=sys.stderr)
+    prog = jaxpr_io.Program(prog.closed_jaxpr, *_flat_signature(prog))
+  converters.save_exported(prog, path, platforms=platforms)
+
+
+def _flat_signature(prog):
+  n_in, n_out = len(prog.in_avals), len(prog.out_avals)
+  return (jax.tree_util.tree_structure((tuple(range(n_in)), {})),
+          jax.tree_util.tree_structure(list(range(n_out))))
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog=PROG, description="Inspect, check, run and convert a .jaxpr file.",
@@ -324,7 +365,7 @@ def _main(argv: Sequence[str]) -> int:
     from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
     if args.to_exported:
       with stage(PROG, f"exporting StableHLO to {args.to_exported}"):
-        converters.save_exported(prog, args.to_exported, platforms=platforms)
+        save_exported(converters, prog, args.to_exported, platforms)
       print(f"wrote {args.to_exported} and {args.to_exported}.mlir")
     if args.to_saved_model:
       with stage(PROG, f"writing SavedModel {args.to_saved_model}"):
