@@ -293,7 +293,7 @@ def serialize(program):
                               program.out_tree, program.metadata)
 
 
-# Debug mode, off by default (reading costs about as much as writing):
+# Debug mode, off by default (it costs a `loads` per write):
 # `dumps` and `save` read what they wrote back with the reader before
 # returning, so that a program the writer stores but the reader refuses
 # fails where it is written, with the reader's message, instead of in
