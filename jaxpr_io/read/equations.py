@@ -30,6 +30,7 @@ from jaxpr_io.safety import printing
 from jaxpr_io.safety import trust
 from jaxpr_io.safety import validate
 from jaxpr_io.format import vocabulary
+from jaxpr_io.read.polyfill import polyfill_equations
 from jaxpr_io.errors import FormatError
 
 _U32 = np.dtype("<u4")
@@ -435,7 +436,7 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
               primitives, param_dicts,
               in_bounds, in_bounds[1:], out_bounds, out_bounds[1:],
               batch.source_infos[start:stop], batch.contexts[start:stop])]
-  _polyfill(r, j, kind_ids, eqns)  # usually nothing to do
+  polyfill_equations(r, j, kind_ids, eqns)  # usually nothing to do
   _set_effects(r, env, batch, start, kind_ids, cols, eqns)
 
   used_kinds = [k for k, _ in used]
@@ -485,27 +486,6 @@ def _set_effects(r, env, batch: Batch, start: int, kind_ids, cols: Columns,
   except validate.DECODE_ERRORS as error:
     raise FormatError(f"equation {i} ({_name(r, kind_ids[i])}): "
                       f"{validate.describe_error(error)}") from None
-
-
-def _polyfill(r, j: int, kind_ids, eqns) -> None:
-  """Replaces the equations of polyfilled kinds with calls of the polyfill
-  built at their input types (compat/polyfills.py), and records them."""
-  if not r.polyfilled_kinds:
-    return
-  for i, e in enumerate(eqns):
-    name = r.polyfilled_kinds.get(int(kind_ids[i]))
-    if name is None:
-      continue
-    try:
-      closed = compat_polyfills.build(name, e.params,
-                                      [a.aval for a in e.invars],
-                                      [v.aval for v in e.outvars], r.charge)
-    except FormatError as error:
-      raise FormatError(f"equation {i} ({name}): {error}") from None
-    eqns[i] = compat.JaxprEqn(e.invars, e.outvars, compat_polyfills.CALL,
-                              compat_polyfills.equation_params(closed),
-                              e.effects, e.source_info, e.ctx)
-    r.polyfilled.append((j, i, name))
 
 
 def _close_over_inputs(r, kinds, kind_ids, used, eqns) -> None:
