@@ -33,6 +33,7 @@ import numpy as np
 
 from jaxpr_io import compat
 from jaxpr_io.compat import export as compat_export
+from jaxpr_io.compat import specialize
 from jaxpr_io.compat import symbolic
 from jaxpr_io.converters._common import as_program, check_platforms
 from jaxpr_io.converters.stablehlo import to_exported
@@ -142,7 +143,13 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
   in_avals = closed.in_avals
 
   def with_consts(weights, *flat_args):
-    return compat.jaxpr_as_fun(compat.ClosedJaxpr(jaxpr, weights))(*flat_args)
+    # jax2tf traces with symbolic dimensions of its own scope (parsed from
+    # `polymorphic_shapes`): the program is re-expressed in them, as its
+    # params (a `broadcast_in_dim`'s shape, ...) must match the operands.
+    closed = specialize.for_shapes(
+        compat.make_closed(jaxpr, weights), prog.in_tree,
+        [np.shape(x) for x in flat_args])
+    return compat.jaxpr_as_fun(closed)(*flat_args)
 
   converted = jax2tf.convert(
       with_consts,
