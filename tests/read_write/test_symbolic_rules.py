@@ -139,17 +139,26 @@ def test_a_loaded_program_exports_in_another_scope():
   np.testing.assert_array_equal(exp.call(x), jnp.tanh(x[:, None] * 2.0))
 
 
-@pytest.mark.parametrize("fn", [lambda x: x[:, None],
-                                lambda x: jnp.expand_dims(x, 1) * x.shape[0]],
-                         ids=["new_axis", "new_axis_times_dim"])
-def test_saved_model_of_a_symbolic_program_that_adds_an_axis(fn, tmp_path):
+def _equinox_conv():
+  eqx = pytest.importorskip("equinox")
+  conv = eqx.nn.Conv2d(1, 2, 3, key=jax.random.key(0))
+  return jax.vmap(conv), (1, 6, 6)  # adds and removes the channel axis
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda x: x[:, None], (3,)),
+    lambda: (lambda x: jnp.expand_dims(x, 1) * x.shape[0], (3,)),
+    _equinox_conv], ids=["new_axis", "new_axis_times_dim", "equinox_conv"])
+def test_saved_model_of_a_symbolic_program_that_adds_an_axis(make, tmp_path):
   tf = pytest.importorskip("tensorflow")
+  fn, shape = make()
   b, = _symbolic("b")
-  loaded = _both(fn, jax.ShapeDtypeStruct((b, 3), jnp.float32))["loaded"]
+  loaded = _both(fn, jax.ShapeDtypeStruct((b, *shape), jnp.float32))[
+      "loaded"]
   converters.to_saved_model(loaded, tmp_path / "m")
   serve = tf.saved_model.load(str(tmp_path / "m")).signatures[
       "serving_default"]
   for n in (1, 4):
-    x = _rng.randn(n, 3).astype(np.float32)
-    np.testing.assert_array_equal(serve(arg0=tf.constant(x))["out0"].numpy(),
-                                  fn(x))
+    x = _rng.randn(n, *shape).astype(np.float32)
+    np.testing.assert_allclose(serve(arg0=tf.constant(x))["out0"].numpy(),
+                               jax.jit(fn)(x), rtol=1e-6, atol=1e-6)

@@ -232,7 +232,7 @@ class _Harness:
     self.args = list(h.dyn_args_maker(np.random.RandomState(0)))
     self.specs = jax.export.symbolic_args_specs(
         self.args, h.polymorphic_shapes,
-        symbolic_constraints=_constraints(h))
+        constraints=_constraints(h))
     self.jit = jax.jit(self.fun)
     self.tol = _tol(h)
     self.exp = None

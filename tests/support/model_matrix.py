@@ -78,13 +78,14 @@ def equinox() -> Model:
   mlp = eqx.nn.MLP(FEATURES, 8, 8, 1, key=jax.random.key(0))
   norm = eqx.nn.LayerNorm(8)
   head = eqx.nn.Linear(8, OUT, key=jax.random.key(1))
-  model = (mlp, norm, head)
+  # The arrays are the inputs; the rest (activation functions) is static.
+  params, static = eqx.partition((mlp, norm, head), eqx.is_array)
 
-  def apply(model, x):
-    mlp, norm, head = model
+  def apply(params, x):
+    mlp, norm, head = eqx.combine(params, static)
     per_token = jax.vmap(jax.vmap(lambda t: norm(jax.nn.relu(mlp(t)))))
     return jax.vmap(head)(per_token(x).mean(axis=1))
-  return Model(apply, (model,))
+  return Model(apply, (params,))
 
 
 def keras3() -> Model:
