@@ -95,6 +95,8 @@ def assert_close(actual, expected, tol: float) -> bool:
 
 
 def _plain(x):
+  if isinstance(x, (bool, int, float, complex)):
+    x = jnp.asarray(x)  # a Python scalar result, as JAX types it
   if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
     return np.asarray(jax.random.key_data(x))
   return np.asarray(x)

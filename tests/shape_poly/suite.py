@@ -72,6 +72,19 @@ def _install_jax2tf_stand_ins(directory: pathlib.Path) -> None:
   util.JaxToTfTestCase = jtu.JaxTestCase
   sys.modules[util.__name__] = util
   package.tf_test_util = util
+  # jax2tf's table of its own limitations, per primitive harness group,
+  # asserts that it knows every group; JAX's primitive harnesses (of the
+  # installed JAX) have groups added since (0.12: `exp2`), which have none.
+  limitations = importlib.import_module(f"{_PACKAGE}.jax2tf_limitations")
+  table = limitations.Jax2TfLimitation
+  known = table.limitations_for_harness.__func__
+
+  def limitations_for_harness(cls, harness):
+    try:
+      return known(cls, harness)
+    except AssertionError:
+      return []
+  table.limitations_for_harness = classmethod(limitations_for_harness)
 
 
 def load_module(path: pathlib.Path):
