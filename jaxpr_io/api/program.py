@@ -207,9 +207,14 @@ class Program:
           raise TypeError(f"input {path} has shape {tuple(shape)}, but the "
                           f"program takes {aval.str_short()}")
       return self._fun
-    if shapes == [a.shape for a in closed.in_avals]:
+    if all(symbolic.same_dims(s, a.shape)
+           for s, a in zip(shapes, closed.in_avals)):
       return self._fun  # traced with the program's own symbolic dims
     env = symbolic.solve_dims(closed.in_avals, self.in_tree, shapes)
+    if any(symbolic.is_symbolic(v) for v in env.values()):
+      # Traced inside another shape-polymorphic trace (jax.export with its
+      # own symbolic shapes): re-expressed in that trace's scope, once.
+      return compat.jaxpr_as_fun(specialize.specialize(closed, env))
     key = tuple(sorted(env.items()))
     fun = self._specialized.get(key)
     if fun is None:

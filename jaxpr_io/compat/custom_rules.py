@@ -23,7 +23,9 @@ from typing import Any, Callable, Sequence
 
 import jax
 from jax._src import ad_util
+from jax._src import config as jax_config
 from jax._src import core
+from jax._src import custom_batching
 from jax._src import custom_derivatives
 from jax._src import linear_util as lu
 from jax._src.interpreters import partial_eval as pe
@@ -59,6 +61,31 @@ def bwd_result(cts: list):
   """What a `bwd` that computes input cotangents `cts` and logs nothing
   returns on this release (see `call_bwd`)."""
   return (cts, None) if BWD_RETURNS_LOGS else cts
+
+
+def without_bwd_type_checks():
+  """A context in which a custom_vjp's flattened `bwd` does not compare
+  its cotangents' types with the primal inputs' types recorded when the
+  equation was traced: a program specialized from symbolic shapes to sizes
+  (jaxpr_io/compat/specialize.py) calls a traced program's `bwd`, whose
+  recorded types are symbolic (`float32[b,3]`) and its cotangents concrete
+  (`float32[5,3]`)."""
+  return jax_config.disable_bwd_checks(True)
+
+
+# The code of the rule `jax.custom_batching.sequential_vmap` defines (the
+# same for every function it wraps).
+_SEQUENTIAL_RULE_CODE = custom_batching.sequential_vmap(
+    lambda x: x).vmap_rule.__code__
+
+
+def is_sequential_vmap_rule(rule) -> bool:
+  """Whether a `custom_vmap_call`'s `rule` is `sequential_vmap`'s: it maps
+  the function itself over the batch, so tracing it gives a jaxpr holding
+  the same equation again, without end."""
+  inner = getattr(rule, "rule", None)
+  return (type(rule) is custom_batching.ClosedRule
+          and getattr(inner, "__code__", None) is _SEQUENTIAL_RULE_CODE)
 
 
 def wrap_init(f: Callable, debug_info) -> WrappedFun:

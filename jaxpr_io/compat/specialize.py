@@ -5,34 +5,67 @@ dimension expressions in its avals and params. To evaluate it on concrete
 arrays, `Program.__call__` solves the dimension variables from the argument
 shapes and rebuilds the jaxpr with every expression evaluated: the result is
 the program JAX would have traced for those sizes.
+
+That covers the rules JAX calls later, when the program is transformed:
+a custom_jvp's JVP rule and a custom_vjp's forward rule are thunks that
+return jaxprs traced at the symbolic types, so a specialized equation holds
+a thunk that specializes what they return (`_Specializer.wrapped`); rule
+objects that evaluate stored jaxprs themselves (a loaded custom_vjp's
+backward rule, a custom_vmap rule) are specialized by the family that owns
+them (`register_specializer`).
+
+The sizes may themselves be symbolic expressions of another scope (a
+program called inside `jax.export` or jax2tf with their own symbolic
+shapes): the program is then re-expressed in that scope.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from jaxpr_io import compat
+from jaxpr_io.compat import custom_rules
 from jaxpr_io.compat import symbolic
+
+# Exact type -> fn(value, specializer) -> the value for the specialized
+# program; see `register_specializer`.
+_SPECIALIZERS: dict[type, Callable[[Any, "_Specializer"], Any]] = {}
+
+
+def register_specializer(*, value_type: type,
+                         specialize: Callable[[Any, Any], Any]) -> None:
+  """Registers how a param value of exact type `value_type` (a rule object
+  holding jaxprs with symbolic shapes) is specialized: `specialize(value,
+  specializer)` returns the value for the specialized program, using the
+  specializer's `env`, `jaxpr`, `closed_jaxpr`, `aval` and `value`."""
+  if value_type in _SPECIALIZERS:
+    raise ValueError(f"a specializer for {value_type.__qualname__} is "
+                     "already registered")
+  _SPECIALIZERS[value_type] = specialize
 
 
 def has_symbolic_dims(avals) -> bool:
-  return any(type(d) is symbolic.DimExpr
+  return any(symbolic.is_symbolic(d)
              for a in avals for d in getattr(a, "shape", ()))
 
 
 class _Specializer:
+  """Rebuilds jaxprs with the dimension variables of `env` evaluated; each
+  original object is rebuilt once (caches keep the original alive, so an
+  id is never reused)."""
 
-  def __init__(self, env: dict[str, int]):
+  def __init__(self, env: dict):
     self.env = env
-    self.jaxprs: dict[int, Any] = {}
-    self.closed: dict[int, Any] = {}
+    self.jaxprs: dict[int, tuple[Any, Any]] = {}
+    self.closed: dict[int, tuple[Any, Any]] = {}
+    self.funs: dict[int, tuple[Any, Any]] = {}
     self.avals: dict[Any, Any] = {}
 
   def dim(self, d):
-    return symbolic.evaluate_dim(d, self.env) if type(
-        d) is symbolic.DimExpr else d
+    return symbolic.evaluate_dim(d, self.env) if symbolic.is_symbolic(
+        d) else d
 
   def aval(self, aval):
     new = self.avals.get(aval)
@@ -54,22 +87,80 @@ class _Specializer:
       return self.jaxpr(v)
     if t is compat.ShapedArray:
       return self.aval(v)
+    if t is custom_rules.WrappedFun:
+      return self.wrapped(v)
+    if t is custom_rules.Zero:
+      return custom_rules.Zero(self.aval(v.aval))
+    rule = _SPECIALIZERS.get(t)
+    if rule is not None:
+      return rule(v, self)
     if isinstance(v, tuple):
       items = [self.value(x) for x in v]
       return tuple(items) if t is tuple else t(*items)
     return v
 
-  def closed_jaxpr(self, closed):
-    new = self.closed.get(id(closed))
-    if new is None:
-      new = self.closed[id(closed)] = compat.make_closed(
-          self.jaxpr(closed.jaxpr), closed.consts)
+  def _result(self, v):
+    """A value a rule returned: its jaxprs, types and zeros specialized."""
+    t = type(v)
+    if t is list:
+      return [self._result(x) for x in v]
+    if t is tuple:
+      return tuple(self._result(x) for x in v)
+    if (compat.is_jaxpr(v) or t is custom_rules.Zero
+        or t is symbolic.DimExpr or t is compat.ShapedArray):
+      return self.value(v)
+    return v
+
+  def wrapped(self, fun):
+    """A `WrappedFun` rule for the specialized program: a rule object a
+    family registered is specialized itself; any other (JAX's own thunks,
+    the rules of a traced program) returns what the original returns,
+    specialized."""
+    cached = self.funs.get(id(fun))
+    if cached is not None:
+      return cached[1]
+    inner = _SPECIALIZERS.get(type(fun.f)) if custom_rules.is_plain_wrapped(
+        fun) else None
+    if inner is not None:
+      new = custom_rules.wrap_init(inner(fun.f, self), fun.debug_info)
+    else:
+      memo: dict = {}
+
+      def call(*args):
+        # Rule thunks take patterns of bools: the same jaxpr every time.
+        key = args if all(type(a) is bool for a in args) else None
+        out = memo.get(key) if key is not None else None
+        if out is None:
+          with custom_rules.without_bwd_type_checks():
+            out = self._result(fun.call_wrapped(*args))
+          if key is not None:
+            memo[key] = out
+        return out
+      new = custom_rules.wrap_init(call, fun.debug_info)
+    self.funs[id(fun)] = (fun, new)
     return new
 
+  def closed_jaxpr(self, closed):
+    cached = self.closed.get(id(closed))
+    if cached is None:
+      cached = self.closed[id(closed)] = (closed, compat.make_closed(
+          self.jaxpr(compat.open_jaxpr(closed)), closed.consts))
+    return cached[1]
+
+  def _dim_as_value(self, eqn, env):
+    """A dimension used as a value: a constant once it is a size."""
+    dim = self.dim(eqn.params["dim"])
+    if symbolic.is_symbolic(dim):
+      return None
+    (out,) = eqn.outvars
+    dtype = np.dtype(out.aval.dtype)
+    env[out] = compat.Literal(dtype.type(dim), out.aval)
+    return dim
+
   def jaxpr(self, jaxpr):
-    new = self.jaxprs.get(id(jaxpr))
-    if new is not None:
-      return new
+    cached = self.jaxprs.get(id(jaxpr))
+    if cached is not None:
+      return cached[1]
     env: dict[Any, Any] = {}
 
     def bind(v):
@@ -85,24 +176,33 @@ class _Specializer:
     invars = [bind(v) for v in jaxpr.invars]
     eqns = []
     for eqn in jaxpr.eqns:
-      if eqn.primitive.name == "dim_as_value":
-        # A dimension used as a value is now a constant.
-        (out,) = eqn.outvars
-        dtype = np.dtype(out.aval.dtype)
-        env[out] = compat.Literal(dtype.type(self.dim(eqn.params["dim"])),
-                                  out.aval)
+      if (eqn.primitive.name == "dim_as_value"
+          and self._dim_as_value(eqn, env) is not None):
         continue
       ins = [atom(a) for a in eqn.invars]
       outs = [bind(v) for v in eqn.outvars]
       params = {k: self.value(v) for k, v in eqn.params.items()}
       eqns.append(compat.new_eqn(ins, outs, eqn.primitive, params,
                                  eqn.effects, eqn.source_info, eqn.ctx))
-    new = self.jaxprs[id(jaxpr)] = compat.new_jaxpr(
+    new = compat.new_jaxpr(
         constvars, invars, [atom(a) for a in jaxpr.outvars], eqns,
         jaxpr.effects, jaxpr.debug_info, jaxpr.is_high)
+    self.jaxprs[id(jaxpr)] = (jaxpr, new)
     return new
 
 
-def specialize(closed, env: dict[str, int]):
-  """`closed` with every dimension expression evaluated in `env`."""
+def specialize(closed, env: dict):
+  """`closed` with every dimension expression evaluated in `env` (sizes,
+  or expressions of another scope)."""
   return _Specializer(env).closed_jaxpr(closed)
+
+
+def for_shapes(closed, tree, shapes):
+  """`closed` specialized to the argument `shapes` (its own symbolic shapes
+  give `closed` itself). Raises ValueError, as JAX does, for shapes that do
+  not fit the program or its constraints."""
+  if all(symbolic.same_dims(s, a.shape)
+         for s, a in zip(shapes, closed.in_avals)):
+    return closed
+  return specialize(closed, symbolic.solve_dims(closed.in_avals, tree,
+                                                shapes))

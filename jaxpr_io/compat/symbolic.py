@@ -29,16 +29,56 @@ def parse_dim(text: str, scope: SymbolicScope):
   return dims[0]
 
 
-def solve_dims(avals, tree, shapes) -> dict[str, int]:
+def is_symbolic(d) -> bool:
+  return type(d) is DimExpr
+
+
+def solve_dims(avals, tree, shapes) -> dict:
   """Values of the dimension variables of `avals` given the actual `shapes`
-  of the arguments (JAX's own solver: handles `b`, `2*b`, `b + c`, ...)."""
+  of the arguments (JAX's own solver: handles `b`, `2*b`, `b + c`, ...).
+
+  Sizes are ints; where `shapes` are themselves symbolic (the program is
+  traced inside another shape-polymorphic trace: `jax.export` of a caller,
+  jax2tf), a variable's value is an expression in the shapes' own scope, and
+  the constraints are left to that trace (its own shape assertions)."""
   solution, constraints, synthetic = shape_poly.solve_dim_vars(
       tuple(avals), args_kwargs_tree=tree)
   evaluator = shape_poly.ShapeEvaluator(
       {name: shapes[arg][dim] for name, arg, dim in synthetic})
-  constraints.shape_assertions(evaluator)
-  return {var: int(evaluator.evaluate(expr)) for var, expr in solution.items()}
+  if not any(is_symbolic(v) for v in evaluator.env.values()):
+    constraints.shape_assertions(evaluator)
+  return {var: _as_size(evaluator.evaluate(expr))
+          for var, expr in solution.items()}
 
 
-def evaluate_dim(dim, env: dict[str, int]) -> int:
-  return int(shape_poly.ShapeEvaluator(env).evaluate(dim))
+def _as_size(value):
+  """An int for a constant size, else the expression itself."""
+  if is_symbolic(value):
+    return value
+  return int(value)
+
+
+def evaluate_dim(dim, env: dict):
+  """`dim` with the variables of `env` replaced by their values (ints or
+  expressions); variables that `env` lacks stay as they are."""
+  missing = dim._get_vars() - env.keys()  # pylint: disable=protected-access
+  if missing:
+    env = dict(env)
+    for var in missing:
+      env[var] = parse_dim(var, dim.scope)
+  return _as_size(shape_poly.ShapeEvaluator(env).evaluate(dim))
+
+
+def same_dims(shape1, shape2) -> bool:
+  """Whether two shapes are the same dimension by dimension, without
+  comparing expressions of different scopes (which JAX refuses)."""
+  if len(shape1) != len(shape2):
+    return False
+  for d1, d2 in zip(shape1, shape2):
+    if is_symbolic(d1) != is_symbolic(d2):
+      return False
+    if is_symbolic(d1) and d1.scope is not d2.scope:
+      return False
+    if d1 is not d2 and d1 != d2:
+      return False
+  return True

@@ -33,6 +33,7 @@ import numpy as np
 
 from jaxpr_io import compat
 from jaxpr_io.compat import export as compat_export
+from jaxpr_io.compat import specialize
 from jaxpr_io.compat import symbolic
 from jaxpr_io.converters._common import as_program, check_platforms
 from jaxpr_io.converters.stablehlo import to_exported
@@ -115,6 +116,19 @@ def _constraints(in_avals) -> tuple:
   return ()
 
 
+def _with_consts(jaxpr, in_tree):
+  """The program as a function of (constants, *inputs), as jax2tf converts
+  it. jax2tf traces with symbolic dimensions of its own scope (parsed from
+  `polymorphic_shapes`): the program is re-expressed in them, as its params
+  (a `broadcast_in_dim`'s shape, ...) must match the operands."""
+
+  def with_consts(weights, *flat_args):
+    closed = specialize.for_shapes(compat.make_closed(jaxpr, weights),
+                                   in_tree, [np.shape(x) for x in flat_args])
+    return compat.jaxpr_as_fun(closed)(*flat_args)
+  return with_consts
+
+
 def to_saved_model(program, export_dir: str | os.PathLike, *,
                    with_gradient: bool = False,
                    platforms: Sequence[str] | None = None) -> None:
@@ -141,9 +155,7 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
   jaxpr, consts = closed.jaxpr, closed.consts
   in_avals = closed.in_avals
 
-  def with_consts(weights, *flat_args):
-    return compat.jaxpr_as_fun(compat.ClosedJaxpr(jaxpr, weights))(*flat_args)
-
+  with_consts = _with_consts(jaxpr, prog.in_tree)
   converted = jax2tf.convert(
       with_consts,
       polymorphic_shapes=[None] + [_poly_spec(a) for a in in_avals],

@@ -226,10 +226,19 @@ class Writer:
     if self._scope is None:
       self._scope = scope
     elif scope is not self._scope:
-      raise UnsupportedError(
-          f"symbolic dimension {d} comes from a different symbolic scope "
-          "than the program's other dimensions; create all symbolic shapes "
-          "with one jax.export.symbolic_shape call or a shared `scope=`")
+      # A file holds one scope. Scopes that do not constrain differently
+      # merge (a custom_vmap rule's axis size is traced in a scope of its
+      # own, beside the program's); the constrained one is kept.
+      mine = symbolic.scope_constraints(self._scope)
+      theirs = symbolic.scope_constraints(scope)
+      if mine and theirs and mine != theirs:
+        raise UnsupportedError(
+            f"symbolic dimension {d} comes from a different symbolic scope "
+            "than the program's other dimensions, with other constraints; "
+            "create all symbolic shapes with one jax.export.symbolic_shape "
+            "call or a shared `scope=`")
+      if theirs and not mine:
+        self._scope = scope
     return self.string(str(d))
 
   def array(self, value, kind: int, aval=None) -> int:

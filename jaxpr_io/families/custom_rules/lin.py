@@ -48,6 +48,7 @@ from jaxpr_io import compat
 from jaxpr_io.families.custom_rules import common as custom_rule_common
 from jaxpr_io.families.custom_rules import vjp as custom_vjp
 from jaxpr_io.codec import registry
+from jaxpr_io.compat import specialize
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -219,3 +220,10 @@ registry.register_eqn_param_codec(
 registry.register_eqn_param_codec(
     PRIMITIVE, "in_zeros", encode=encode_list,
     decode=_decode_list("in_zeros", lambda b: type(b) is bool))
+
+
+specialize.register_specializer(
+    value_type=_LinBwd,
+    specialize=lambda rule, sp: custom_vjp.SpecializedBwd(
+        lambda: (rule.table, rule.eqn.n_out, rule.eqn.symbolic_zeros,
+                 rule.eqn.name), sp))

@@ -21,6 +21,7 @@ from jaxpr_io.families.custom_rules.common import (
     raised_error, RaisingRule, _Ref, _rule_failed, _STATE, symbolic_patterns,
     _wrap)
 from jaxpr_io.compat import custom_rules as compat_custom_rules
+from jaxpr_io.compat import specialize
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 
@@ -99,6 +100,34 @@ class _BwdRule(_Definer):
   def __call__(self, *args):
     return call_bwd_table(self.rules, self.n_out, self.symbolic_zeros,
                           self.eqn_name, args)
+
+
+class SpecializedBwd:
+  """A loaded backward rule in a program specialized to concrete sizes
+  (jaxpr_io/compat/specialize.py): its jaxprs are specialized the first
+  time it is called (a ref's definition is only known by then).
+  `source()` gives (table, n_out, symbolic_zeros, name)."""
+
+  __slots__ = ("source", "specializer", "parts")
+
+  def __init__(self, source, specializer):
+    self.source = source
+    self.specializer = specializer
+    self.parts = None
+
+  def __call__(self, *args):
+    if self.parts is None:
+      table, n_out, symbolic_zeros, name = self.source()
+      sp = self.specializer
+      table = {pattern: rule if type(rule) is RaisingRule else (
+          sp.jaxpr(rule[0]), rule[1], rule[2], [sp.aval(a) for a in rule[3]])
+               for pattern, rule in table.items()}
+      self.parts = (table, n_out, symbolic_zeros, name)
+    return call_bwd_table(*self.parts, args)
+
+
+def _bwd_parts(rule: "_BwdRule") -> tuple:
+  return rule.rules, rule.n_out, rule.symbolic_zeros, rule.eqn_name
 
 
 class _VjpRuleRef(_Ref):
@@ -533,3 +562,12 @@ def _cross_check(params: dict, eqn: _Eqn, decoded: dict) -> None:
         f"residuals: out_trees gives {n_res} ({n_res_out} computed), the "
         f"forward rule computes {fwd.n_res_out}, the backward rule takes "
         f"{bwd.n_res}")
+
+
+specialize.register_specializer(
+    value_type=_BwdRule,
+    specialize=lambda rule, sp: SpecializedBwd(lambda: _bwd_parts(rule), sp))
+specialize.register_specializer(
+    value_type=_BwdRef,
+    specialize=lambda ref, sp: SpecializedBwd(
+        lambda: _bwd_parts(ref.definition()), sp))

@@ -32,7 +32,9 @@ import jax
 
 from jaxpr_io import compat
 from jaxpr_io.codec import registry
+from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.compat import specialize
+from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 MAX_BATCHED_INPUTS = 8
@@ -57,45 +59,100 @@ def encode_rule(rule, params):
         f"once per pattern of batched inputs (2**{n_args} jaxprs) and "
         f"at most {MAX_BATCHED_INPUTS} inputs are supported; pass fewer, "
         "larger arrays")
-  (n,) = jax.export.symbolic_shape(_AXIS)
-  avals = call.in_avals
-  rules = []
-  for pattern in itertools.product((False, True), repeat=n_args):
-    flat_batched = [False] * n_consts + list(pattern)
-    structs = [jax.ShapeDtypeStruct(((n,) if b else ()) + tuple(a.shape),
-                                    a.dtype)
-               for a, b in zip(avals, flat_batched)]
-    out_batched = []
+  n = _axis_size(rule, list(call.in_avals) + list(call.out_avals))
+  rules = tuple(_trace_pattern(rule, in_tree, call, n, n_consts, pattern)
+                for pattern in itertools.product((False, True),
+                                                 repeat=n_args))
+  return (getattr(rule, "__qualname__", str(rule)), rules)
 
-    def traced(*flat, flat_batched=flat_batched, out_batched=out_batched):
-      outs, batched = rule(n, list(in_tree.unflatten(flat_batched)),
-                           *in_tree.unflatten(flat))
-      out_batched.extend(jax.tree_util.tree_leaves(batched))
-      return jax.tree_util.tree_leaves(outs)
-    try:
-      closed = jax.make_jaxpr(traced)(*structs)
-    except Exception as e:  # pylint: disable=broad-except
-      # A user rule can raise anything while traced symbolically.
-      raise UnsupportedError(
-          f"the custom_vmap rule {rule} cannot be traced for batched "
-          f"inputs {pattern} with a symbolic axis size: "
-          f"{type(e).__name__}: {e}"[:600]) from None
-    if not all(type(b) is bool for b in out_batched):
-      raise UnsupportedError(f"the custom_vmap rule {rule} returned "
-                             "out_batched values that are not bools")
-    rules.append((pattern, closed, tuple(out_batched)))
-  return (getattr(rule, "__qualname__", str(rule)), tuple(rules))
+
+def _trace_pattern(rule, in_tree, call, n, n_consts: int, pattern) -> tuple:
+  """(pattern, closed jaxpr, out_batched) of `rule` traced for the batched
+  inputs `pattern`, with the symbolic axis size `n`."""
+  flat_batched = [False] * n_consts + list(pattern)
+  structs = [jax.ShapeDtypeStruct(((n,) if b else ()) + tuple(a.shape),
+                                  a.dtype)
+             for a, b in zip(call.in_avals, flat_batched)]
+  if compat_custom_rules.is_sequential_vmap_rule(rule) and any(pattern):
+    return (pattern, jax.make_jaxpr(_sequential(call, flat_batched))(
+        *structs), (True,) * len(call.out_avals))
+  out_batched = []
+
+  def traced(*flat):
+    outs, batched = rule(n, list(in_tree.unflatten(flat_batched)),
+                         *in_tree.unflatten(flat))
+    out_batched.extend(jax.tree_util.tree_leaves(batched))
+    return jax.tree_util.tree_leaves(outs)
+  try:
+    closed = jax.make_jaxpr(traced)(*structs)
+  except Exception as e:  # pylint: disable=broad-except
+    # A user rule can raise anything while traced symbolically.
+    if not any(pattern):
+      # JAX batches only calls with a batched input; it asks for this
+      # pattern only for the JVP of a batched call whose tangents are not
+      # batched, and rules written for batched inputs (`sequential_vmap`'s
+      # `lax.map`) cannot be traced for it. The call itself is what an
+      # unbatched call computes.
+      return (pattern, call, (False,) * len(call.out_avals))
+    raise UnsupportedError(
+        f"the custom_vmap rule {rule} cannot be traced for batched "
+        f"inputs {pattern} with a symbolic axis size: "
+        f"{type(e).__name__}: {e}"[:600]) from None
+  if not all(type(b) is bool for b in out_batched):
+    raise UnsupportedError(f"the custom_vmap rule {rule} returned "
+                           "out_batched values that are not bools")
+  return (pattern, closed, tuple(out_batched))
+
+
+def _sequential(call, flat_batched):
+  """What `sequential_vmap`'s rule computes, from the equation's `call`:
+  `lax.map` of the function over the batched inputs. (Tracing the rule
+  itself would give a loop calling the same custom_vmap function, whose
+  rule would be traced again, without end.)"""
+  fun = compat.jaxpr_as_fun(call)
+
+  def mapped(*flat):
+    def body(xs):
+      it = iter(xs)
+      return fun(*[next(it) if b else x for x, b in zip(flat, flat_batched)])
+    return jax.lax.map(body, [x for x, b in zip(flat, flat_batched) if b])
+  return mapped
+
+
+def _axis_size(rule, avals):
+  """The symbolic axis size `n` the rule is traced with: in the scope of
+  the equation's own symbolic dimensions, if it has any (a file holds one
+  scope), where `n` must not already be a variable."""
+  scope = None
+  for aval in avals:
+    for d in getattr(aval, "shape", ()):
+      if symbolic.is_symbolic(d):
+        scope = symbolic.scope_of(d)
+        if _AXIS in d.get_vars():
+          raise UnsupportedError(
+              f"the custom_vmap rule {rule} is applied to arrays of shape "
+              f"{aval.str_short()}, whose dimension variable {_AXIS!r} is "
+              "the name jaxpr_io gives the batch size when it traces the "
+              "rule; trace the program with another name for that "
+              "dimension")
+  if scope is None:
+    (n,) = jax.export.symbolic_shape(_AXIS)
+  else:
+    (n,) = jax.export.symbolic_shape(_AXIS, scope=scope)
+  return n
 
 
 class StoredVmapRule:
   """A custom_vmap rule read from a file: called as JAX calls a
-  `ClosedRule`."""
+  `ClosedRule`. `env` holds the sizes of the program's own dimension
+  variables once the program is specialized to them."""
 
-  def __init__(self, stored: tuple, out_tree, rules: dict):
+  def __init__(self, stored: tuple, out_tree, rules: dict, env=None):
     self.stored = stored
     self.name = stored[0]
     self.out_tree = out_tree
     self.rules = rules
+    self.env = dict(env or {})
 
   def __call__(self, axis_size, all_in_batched, *all_args):
     # (consts, args) and their batched flags, as `ClosedRule` takes them.
@@ -109,13 +166,25 @@ class StoredVmapRule:
       raise ValueError("a custom_vmap rule was called with another number "
                        "of inputs than it was stored for")
     closed, out_batched = entry
-    closed = specialize.specialize(closed, {_AXIS: int(axis_size)})
+    size = axis_size if symbolic.is_symbolic(axis_size) else int(axis_size)
+    closed = specialize.specialize(closed, {**self.env, _AXIS: size})
     outs = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat_args)
     return (self.out_tree.unflatten(outs),
             self.out_tree.unflatten(list(out_batched)))
 
   def __str__(self):
     return f"<function {self.name} at {hex(id(self))}>"
+
+
+def _specialized_rule(rule: StoredVmapRule, specializer) -> StoredVmapRule:
+  """The rule of a program specialized to `specializer.env`: its jaxprs are
+  specialized when it is called, with the axis size."""
+  return StoredVmapRule(rule.stored, rule.out_tree, rule.rules,
+                        {**rule.env, **specializer.env})
+
+
+specialize.register_specializer(value_type=StoredVmapRule,
+                                specialize=_specialized_rule)
 
 
 def decode_rule(stored, params):

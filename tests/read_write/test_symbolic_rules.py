@@ -1,0 +1,164 @@
+"""Shape-polymorphic programs whose transformations call rules (issue 27):
+a program traced with a symbolic batch, just traced or loaded, is
+specialized to the arguments' sizes when called, and so are the rules JAX
+calls later (custom_jvp's JVP rule, custom_vjp's forward and backward
+rules, custom_vmap's rule); converters see the program in their own
+symbolic scope. Each result is compared with the original function at the
+same sizes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpr_io
+from jaxpr_io import converters
+
+_rng = np.random.RandomState(27)
+W = _rng.randn(3, 8).astype(np.float32)
+
+
+def _symbolic(*names):
+  return jax.export.symbolic_shape(", ".join(names))
+
+
+def _both(fn, *specs):
+  """The program just traced, and loaded back."""
+  prog = jaxpr_io.trace(fn, *specs)
+  return {"traced": prog, "loaded": jaxpr_io.loads(jaxpr_io.dumps(prog))}
+
+
+def relu_loss(w, x):
+  return jnp.sum(jax.nn.relu(x @ w))
+
+
+@pytest.mark.parametrize("which", ["traced", "loaded"])
+def test_grad_of_relu_at_a_symbolic_batch(which):
+  # The 4-line case of issue 27: "Error refining shapes" eagerly, "select
+  # cases must have the same shapes" under jit.
+  b, = _symbolic("b")
+  prog = _both(relu_loss, W, jax.ShapeDtypeStruct((b, 3), jnp.float32))[which]
+  for n in (1, 5):
+    x = _rng.randn(n, 3).astype(np.float32)
+    expected = jax.grad(relu_loss, argnums=(0, 1))(W, x)
+    for grad in (jax.grad(prog, argnums=(0, 1)),
+                 jax.jit(jax.grad(prog, argnums=(0, 1)))):
+      np.testing.assert_array_equal(grad(W, x)[0], expected[0])
+      np.testing.assert_array_equal(grad(W, x)[1], expected[1])
+    np.testing.assert_array_equal(
+        jax.jvp(lambda x: prog(W, x), (x,), (jnp.ones_like(x),))[1],
+        jax.jvp(lambda x: relu_loss(W, x), (x,), (jnp.ones_like(x),))[1])
+
+
+@jax.custom_vjp
+def _scaled_sin(x, y):
+  return jnp.sin(x) * y
+
+
+def _fwd(x, y):
+  return jnp.sin(x) * y, (jnp.cos(x), y)
+
+
+def _bwd(res, ct):
+  cos, y = res
+  return (cos * y * ct, None)  # no cotangent for y: a symbolic zero
+
+
+_scaled_sin.defvjp(_fwd, _bwd)
+
+
+@pytest.mark.parametrize("which", ["traced", "loaded"])
+def test_grad_of_custom_vjp_at_a_symbolic_batch(which):
+  def f(x, y):
+    return jnp.sum(_scaled_sin(x, y) ** 2)
+  b, = _symbolic("b")
+  spec = jax.ShapeDtypeStruct((b, 3), jnp.float32)
+  prog = _both(f, spec, spec)[which]
+  for n in (2, 4):
+    x, y = (_rng.randn(n, 3).astype(np.float32) for _ in range(2))
+    expected = jax.grad(f, argnums=(0, 1))(x, y)
+    actual = jax.jit(jax.grad(prog, argnums=(0, 1)))(x, y)
+    np.testing.assert_array_equal(actual[0], expected[0])
+    np.testing.assert_array_equal(actual[1], expected[1])
+
+
+def test_sequential_vmap_at_a_symbolic_batch():
+  # sequential_vmap's rule maps the function itself: stored as that map of
+  # the equation's call, at the program's symbolic batch and at a fixed one.
+  @jax.custom_batching.sequential_vmap
+  def row_norm(v):
+    return jnp.sqrt(jnp.sum(v * v))
+
+  def f(x):
+    return jax.vmap(row_norm)(x) * 2.0
+  b, = _symbolic("b")
+  loaded = _both(f, jax.ShapeDtypeStruct((b, 3), jnp.float32))["loaded"]
+  fixed = _both(row_norm, jax.ShapeDtypeStruct((3,), jnp.float32))["loaded"]
+  for n in (1, 4):
+    x = _rng.randn(n, 3).astype(np.float32)
+    np.testing.assert_array_equal(loaded(x), f(x))
+    np.testing.assert_array_equal(jax.vmap(loaded)(x[None]),
+                                  jax.vmap(f)(x[None]))
+    np.testing.assert_array_equal(jax.vmap(fixed)(x), jax.vmap(row_norm)(x))
+
+
+def test_custom_vmap_rule_with_the_programs_symbolic_dims():
+  # The rule is traced with its axis size in the program's own scope, and
+  # specialized with both the program's sizes and the axis size.
+  @jax.custom_batching.custom_vmap
+  def scale_rows(x):
+    return x * 2.0
+
+  @scale_rows.def_vmap
+  def _rule(axis_size, in_batched, x):
+    del axis_size
+    return x * 2.0 + 0.0 * jnp.sum(x, axis=-1, keepdims=True), in_batched[0]
+
+  def f(x):
+    return scale_rows(x).sum(axis=0)
+  b, = _symbolic("b")
+  loaded = _both(f, jax.ShapeDtypeStruct((b, 3), jnp.float32))["loaded"]
+  x = _rng.randn(2, 5, 3).astype(np.float32)
+  np.testing.assert_array_equal(jax.vmap(loaded)(x), jax.vmap(f)(x))
+
+
+def test_a_loaded_program_exports_in_another_scope():
+  # jax.export with the caller's own symbolic shapes (another scope): the
+  # program is re-expressed in it.
+  b, = _symbolic("b")
+  loaded = _both(lambda x: jnp.tanh(x[:, None] * 2.0),
+                 jax.ShapeDtypeStruct((b, 3), jnp.float32))["loaded"]
+  c, = _symbolic("c")
+  exp = jax.export.export(jax.jit(loaded))(
+      jax.ShapeDtypeStruct((c, 3), jnp.float32))
+  assert str(exp.out_avals[0].shape[0]) == "c"
+  x = _rng.randn(4, 3).astype(np.float32)
+  np.testing.assert_array_equal(exp.call(x), jnp.tanh(x[:, None] * 2.0))
+
+
+def _equinox_conv():
+  eqx = pytest.importorskip("equinox")
+  conv = eqx.nn.Conv2d(1, 2, 3, key=jax.random.key(0))
+  return jax.vmap(conv), (1, 6, 6)  # adds and removes the channel axis
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (lambda x: x[:, None], (3,)),
+    lambda: (lambda x: jnp.expand_dims(x, 1) * x.shape[0], (3,)),
+    _equinox_conv], ids=["new_axis", "new_axis_times_dim", "equinox_conv"])
+def test_saved_model_of_a_symbolic_program_that_adds_an_axis(make, tmp_path):
+  tf = pytest.importorskip("tensorflow")
+  fn, shape = make()
+  b, = _symbolic("b")
+  loaded = _both(fn, jax.ShapeDtypeStruct((b, *shape), jnp.float32))[
+      "loaded"]
+  converters.to_saved_model(loaded, tmp_path / "m")
+  serve = tf.saved_model.load(str(tmp_path / "m")).signatures[
+      "serving_default"]
+  for n in (1, 4):
+    x = _rng.randn(n, *shape).astype(np.float32)
+    np.testing.assert_allclose(serve(arg0=tf.constant(x))["out0"].numpy(),
+                               jax.jit(fn)(x), rtol=1e-6, atol=1e-6)
