@@ -217,7 +217,8 @@ def test_a_strongly_typed_array_for_a_weakly_typed_input_is_accepted():
   for transform in (lambda f: f, jax.jit):
     assert_bit_identical(transform(loaded)(np.float32(2.5)),
                          transform(weak_in_box)(np.float32(2.5)))
-  with pytest.raises(TypeError, match=r"input args\[0\] has dtype int32"):
+  with pytest.raises(TypeError, match=r"input args\[0\] is int32\[\], but "
+                                      r"the program takes float32\[\]"):
     loaded(np.int32(2))
 
 
