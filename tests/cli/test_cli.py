@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,13 +11,12 @@ import numpy as np
 import pytest
 
 import jaxpr_io
+from tests.support.cli import BIN, DUMP, LOAD
+from tests.support.cli import run as _run
 
 # Release-independent: CI runs it under one release (docs/testing.md).
 pytestmark = pytest.mark.once
 
-BIN = os.path.dirname(sys.executable)
-DUMP = shutil.which("jaxpr-dump", path=BIN) or "jaxpr-dump"
-LOAD = shutil.which("jaxpr-load", path=BIN) or "jaxpr-load"
 
 MODEL = textwrap.dedent("""
     import jax.numpy as jnp
@@ -47,13 +45,6 @@ MODEL = textwrap.dedent("""
       return dense, (params, np.zeros((5, 4), np.float32))
 """)
 
-
-def _run(*args, ok=True, cwd=None):
-  proc = subprocess.run(list(args), capture_output=True, text=True,
-                        timeout=300, cwd=cwd)
-  if ok:
-    assert proc.returncode == 0, proc.stderr
-  return proc
 
 
 @pytest.fixture(scope="module")

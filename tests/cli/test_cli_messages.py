@@ -5,8 +5,6 @@ no Orbax warning on --bind, the JAX-range ImportError as one line, and
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,20 +14,13 @@ import numpy as np
 import pytest
 
 import jaxpr_io
+from tests.support.cli import LOAD
+from tests.support.cli import run as _run
 
 # Release-independent: CI runs it under one release (docs/testing.md).
 pytestmark = pytest.mark.once
 
-BIN = os.path.dirname(sys.executable)
-LOAD = shutil.which("jaxpr-load", path=BIN) or "jaxpr-load"
 
-
-def _run(*args, cwd=None, ok=True):
-  proc = subprocess.run(list(args), capture_output=True, text=True,
-                        timeout=300, cwd=cwd)
-  if ok:
-    assert proc.returncode == 0, proc.stderr
-  return proc
 
 
 def _dense(params, x):
