@@ -41,13 +41,18 @@ def unpack(program_msg, jaxpr_msg) -> list:
   return eqns
 
 
-def pack(program_msg, jaxpr_msg, eqns) -> None:
+def pack(program_msg, jaxpr_msg, eqns, kind_index: dict | None = None
+         ) -> None:
   """Stores `Equation` messages as the columns of `jaxpr_msg`, adding the
   kinds they need to `program_msg.equation_kinds` (the inverse of
   `unpack`). Values are stored as given, unchecked, so that tests can build
-  malformed files."""
-  index = {(k.primitive, k.param_set, k.num_invars, k.num_outvars): i
-           for i, k in enumerate(program_msg.equation_kinds)}
+  malformed files. A caller packing many jaxprs into one program may pass
+  the same `kind_index` dict (empty at first) to every call, so that the
+  kinds are not re-indexed each time."""
+  index = kind_index if kind_index is not None else {}
+  for i in range(len(index), len(program_msg.equation_kinds)):
+    k = program_msg.equation_kinds[i]
+    index[(k.primitive, k.param_set, k.num_invars, k.num_outvars)] = i
   kinds, refs, outs, stacks, contexts, dropped = [], [], [], [], [], []
   m = jaxpr_msg.equations
   del m.effects[:]

@@ -1220,6 +1220,7 @@ def _chain_of_jits(n: int, fanout: int = 1) -> bytes:
   base.invars.append(f32)
   base.outvars.append(0)
   msg.closed_jaxprs.add().jaxpr = 0
+  kind_index = {}
   for i in range(1, n):
     params = [pb.Param() for _ in jit_params]
     for new, old in zip(params, jit_params):
@@ -1237,7 +1238,7 @@ def _chain_of_jits(n: int, fanout: int = 1) -> bytes:
       del eqn.outvars[:]
       eqn.outvars.append(f32)
       set_params(msg, eqn, params)
-    equation_edit.pack(msg, j, eqns)
+    equation_edit.pack(msg, j, eqns, kind_index)
     j.outvars.append(fanout)
     msg.closed_jaxprs.add().jaxpr = i
   msg.root = n - 1
