@@ -90,26 +90,24 @@ def encode_jvp_rule(fun, params: dict):
   if not eqn.in_avals:
     return ("jvp", _inputless_key("custom_jvp", eqn, debug), debug, ())
   avals = eqn.in_avals[eqn.num_consts:]
+  rules = None
   if eqn.symbolic_zeros and wide.over_limit(avals):
-    rules = wide.widest_rules(avals, True, lambda p: _trace_jvp(fun, p, eqn),
-                              lambda rule: len(rule) == 2)
-    patterns = tuple(rule[0] for rule in rules)
-  elif eqn.symbolic_zeros:
-    patterns = symbolic_patterns(avals, eqn, "differentiable inputs", True)
+    rules = tuple(wide.widest_rules(
+        avals, True, lambda p: _trace_jvp(fun, p, eqn),
+        lambda rule: len(rule) == 2))
+    patterns, first = tuple(rule[0] for rule in rules), rules[0]
   else:
-    # JVPTrace and LinearizeTrace instantiate zero tangents for these
-    # rules, so `lift_jvp` only ever asks for the all-False pattern.
-    patterns = ((False,) * eqn.n_in,)
-  if eqn.symbolic_zeros and wide.over_limit(avals):
-    first = rules[0]
-  else:
-    first, rules = _trace_jvp(fun, patterns[0], eqn), None
+    # Without symbolic zeros, JVPTrace and LinearizeTrace instantiate zero
+    # tangents, so `lift_jvp` only ever asks for the all-False pattern.
+    patterns = (symbolic_patterns(avals, eqn, "differentiable inputs", True)
+                if eqn.symbolic_zeros else ((False,) * eqn.n_in,))
+    first = _trace_jvp(fun, patterns[0], eqn)
   key = _fingerprint(("custom_jvp", debug, eqn.num_consts,
                       eqn.symbolic_zeros, eqn.call_jaxpr, patterns, first))
   if ("jvp", key) in _STATE.definitions:
     return ("jvp_ref", key, debug)
-  rules = tuple(rules or (first, *(_trace_jvp(fun, p, eqn)
-                                   for p in patterns[1:])))
+  if rules is None:
+    rules = (first, *(_trace_jvp(fun, p, eqn) for p in patterns[1:]))
   return _Definition(("jvp", key), ("jvp", key, debug, rules))
 
 
