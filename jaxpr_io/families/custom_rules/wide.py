@@ -17,7 +17,7 @@ covers it (`covering_pattern`): a forward rule from one that perturbs a
 superset of its inputs (JAX drops the cotangents of the others), a JVP or
 backward rule from one with a subset of its zeros, the missing zeros
 instantiated. That is what a correct rule computes for the pattern; how
-close to bit-identical it is: docs/families.md, "Custom rules".
+close to bit-identical it is: docs/families.md, "Over 8 inputs".
 """
 
 from __future__ import annotations
