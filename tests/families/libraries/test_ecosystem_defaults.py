@@ -109,15 +109,16 @@ def diffrax_sde():
 
 
 def _grad_of(build):
-  """The gradient of the summed outputs of `build`'s program with respect
-  to its first two inputs, traced in this process (so the stored program
-  holds the backward pass: for Diffrax's default adjoint, the checkpointed
-  loop's backward loop, whose recomputed steps hold the 11-input
-  custom_vjp). A failing solve raises the same error inside it."""
+  """The summed outputs of `build`'s program and their gradient with
+  respect to its first two inputs, traced in this process (so the stored
+  program holds the backward pass: for Diffrax's default adjoint, the
+  checkpointed loop's backward loop, whose recomputed steps hold the
+  11-input custom_vjp). With the value among the outputs a failing solve
+  raises the same error (a gradient alone leaves the check dead)."""
   def builder():
     fn, good, bad, message = build()
-    return (jax.grad(lambda *a: fn(*a).sum(), argnums=(0, 1)), good, bad,
-            message)
+    return (jax.value_and_grad(lambda *a: fn(*a).sum(), argnums=(0, 1)),
+            good, bad, message)
   return builder
 
 
