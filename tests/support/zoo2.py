@@ -371,15 +371,6 @@ def diffrax_ode_adaptive():
 
 
 @_seeded
-def diffrax_ode_checkpointed():
-  """The same ODE with Diffrax's default adjoint (`RecursiveCheckpointAdjoint`):
-  its checkpointed while loop is an Equinox custom_vjp with symbolic zeros
-  and 11 inputs, whose rules cannot be stored (REFUSED below)."""
-  import diffrax as dfx  # pylint: disable=g-import-not-at-top
-  return _diffrax_ode(dfx.RecursiveCheckpointAdjoint)
-
-
-@_seeded
 def diffrax_sde():
   """Diffrax: an SDE (Euler-Maruyama on a drift term and a diagonal
   diffusion driven by a Brownian motion), fixed steps."""
@@ -465,7 +456,6 @@ ZOO2 = {
     "optimistix_newton": optimistix_newton,
     "optimistix_bfgs": optimistix_bfgs,
     "diffrax_ode_adaptive": diffrax_ode_adaptive,
-    "diffrax_ode_checkpointed": diffrax_ode_checkpointed,
     "diffrax_sde": diffrax_sde,
     "custom_vmap_rule": custom_vmap_rule,
 }
@@ -473,8 +463,7 @@ ZOO2 = {
 # Programs that `dumps` refuses on some JAX releases, with an
 # UnsupportedError matching the pattern (tests/read_write/test_zoo.py asserts it):
 # name -> (whether this release refuses it, the pattern).
-REFUSED = {
-    "diffrax_ode_checkpointed": (
-        True, "custom_vjp function .* uses symbolic_zeros=True and has 11 "
-        "differentiable inputs.*use symbolic_zeros=False"),
-}
+# Diffrax's default adjoint, once refused here, is stored (its rules over
+# the pattern limit: jaxpr_io/families/custom_rules/wide.py) and tested in
+# tests/families/libraries/test_ecosystem_defaults.py, in a fresh process.
+REFUSED: dict[str, tuple[bool, str]] = {}

@@ -14,17 +14,18 @@ from jaxpr_io.families.custom_rules.common import (
     _inputless_key, _link_refs, _loaded, _PLACEHOLDER, raised_error,
     RaisingRule, _Ref, _STATE, symbolic_patterns, _wrap)
 from jaxpr_io.errors import FormatError, UnsupportedError
+from jaxpr_io.families.custom_rules import wide
 
 
 class _JvpRule(_Definer):
   """`jvp_jaxpr_fun`: tangent zero pattern -> (jaxpr, consts, out_zeros)."""
 
   family = "jvp"
-  __slots__ = ("rules",)
+  __slots__ = ("rules", "widened")
 
   def __call__(self, *in_zeros):
     pattern = tuple(bool(z) for z in in_zeros)
-    rule = self.rules.get(pattern)
+    rule = self.rules.get(pattern) or self._widened(pattern)
     if rule is None:
       raise UnsupportedError(
           f"the JVP rule of custom_jvp function {self.eqn_name!r} was saved "
@@ -33,6 +34,17 @@ class _JvpRule(_Definer):
     if type(rule) is RaisingRule:
       rule.throw()
     return rule
+
+  def _widened(self, pattern):
+    """The rule for `pattern` made from a stored one with fewer zero
+    tangents (over MAX_PATTERN_INPUTS inputs), or None."""
+    covering = wide.covering_pattern(self.rules, pattern, False)
+    if covering is None or type(self.rules[covering]) is RaisingRule:
+      return self.rules.get(covering)
+    if pattern not in self.widened:
+      self.widened[pattern] = wide.widened_jvp(self.rules[covering],
+                                               covering, pattern)
+    return self.widened[pattern]
 
 
 class _JvpRef(_Ref):
@@ -77,19 +89,25 @@ def encode_jvp_rule(fun, params: dict):
   debug = encode_debug(fun.debug_info)
   if not eqn.in_avals:
     return ("jvp", _inputless_key("custom_jvp", eqn, debug), debug, ())
-  if eqn.symbolic_zeros:
-    patterns = symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
-                                 "differentiable inputs", True)
+  avals = eqn.in_avals[eqn.num_consts:]
+  rules = None
+  if eqn.symbolic_zeros and wide.over_limit(avals):
+    rules = tuple(wide.widest_rules(
+        avals, True, lambda p: _trace_jvp(fun, p, eqn),
+        lambda rule: len(rule) == 2))
+    patterns, first = tuple(rule[0] for rule in rules), rules[0]
   else:
-    # JVPTrace and LinearizeTrace instantiate zero tangents for these
-    # rules, so `lift_jvp` only ever asks for the all-False pattern.
-    patterns = ((False,) * eqn.n_in,)
-  first = _trace_jvp(fun, patterns[0], eqn)
+    # Without symbolic zeros, JVPTrace and LinearizeTrace instantiate zero
+    # tangents, so `lift_jvp` only ever asks for the all-False pattern.
+    patterns = (symbolic_patterns(avals, eqn, "differentiable inputs", True)
+                if eqn.symbolic_zeros else ((False,) * eqn.n_in,))
+    first = _trace_jvp(fun, patterns[0], eqn)
   key = _fingerprint(("custom_jvp", debug, eqn.num_consts,
                       eqn.symbolic_zeros, eqn.call_jaxpr, patterns, first))
   if ("jvp", key) in _STATE.definitions:
     return ("jvp_ref", key, debug)
-  rules = (first, *(_trace_jvp(fun, p, eqn) for p in patterns[1:]))
+  if rules is None:
+    rules = (first, *(_trace_jvp(fun, p, eqn) for p in patterns[1:]))
   return _Definition(("jvp", key), ("jvp", key, debug, rules))
 
 
@@ -129,6 +147,7 @@ def decode_jvp_rule(stored, params: dict):
                       "the all-False pattern only")
   rule = _JvpRule(stored, key, eqn)
   rule.rules = table
+  rule.widened = {}
   rule.bodies = [r[1] for r in rules if len(r) == 3]
   _link_refs(rule, rule)
   return _wrap(rule, debug_info)

@@ -47,6 +47,7 @@ from typing import Any
 from jaxpr_io import compat
 from jaxpr_io.families.custom_rules import common as custom_rule_common
 from jaxpr_io.families.custom_rules import vjp as custom_vjp
+from jaxpr_io.families.custom_rules import wide
 from jaxpr_io.codec import registry
 from jaxpr_io.compat import specialize
 from jaxpr_io.compat import custom_rules as compat_custom_rules
@@ -132,7 +133,7 @@ def encode_bwd(fun, params: dict):
                 symbolic_zeros)
   ct_avals = [a.to_ct_aval() for a in out_avals]
   if symbolic_zeros:
-    patterns = custom_rule_common.symbolic_patterns(
+    patterns = wide.stored_patterns(
         ct_avals, eqn, "differentiable outputs", True)
   else:
     # JAX instantiates zero cotangents for these rules (0.10's

@@ -27,7 +27,8 @@ is a symbolic zero):
   passes instantiated tangents, so exactly one rule is stored, for the
   all-False pattern; with `symbolic_zeros=True` the rule is stored for all
   2**n patterns, in `itertools.product((False, True), repeat=n)` order, for
-  at most `MAX_PATTERN_INPUTS` inputs (more raise `UnsupportedError`).
+  at most `MAX_PATTERN_INPUTS` inputs (over it, the widest patterns only:
+  jaxpr_io/families/custom_rules/wide.py).
 * `("jvp_ref", key, debug)`: the rule of an equation inside the rule of a
   definition with the same `key` (a rule that calls its own function, as
   `jax.nn.relu`'s does): the same rule, stored once (see "Recursion").
@@ -42,8 +43,8 @@ consts)`, one bool per non-constant input saying whether it is perturbed):
   never sees the pattern (`_flatten_fwd` drops it), so one rule is stored
   with `in_nonzeros = None`, meaning "every pattern" (traced with every
   input perturbed); with `symbolic_zeros=True` one rule per pattern (2**n,
-  at most `MAX_PATTERN_INPUTS` inputs), whose residuals must not depend
-  on the pattern.
+  at most `MAX_PATTERN_INPUTS` inputs; over it the widest patterns only,
+  see wide.py), whose residuals must not depend on the pattern.
 * `("fwd_ref", key, debug)`: recursion, as for `jvp_ref`.
 
 `custom_vjp_call`, param `bwd` (JAX: `(*residuals, *output_cotangents) ->
@@ -66,7 +67,7 @@ rule logs nothing):
   are none). With `symbolic_zeros=False` cotangents are always
   instantiated and one rule is stored for the all-False pattern; with
   `symbolic_zeros=True` one per pattern (at most `MAX_PATTERN_INPUTS`
-  outputs).
+  outputs; over it the no-zero pattern only, see wide.py).
 * `("bwd_ref", key, debug)`: recursion, as for `jvp_ref`.
 
 `custom_vjp_call`, param `out_trees` (JAX: `() -> (out_tree, res_tree,

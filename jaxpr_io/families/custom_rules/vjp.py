@@ -18,8 +18,9 @@ from jaxpr_io.families.custom_rules.common import (
     _add_raising, _bools, _check_consts, _check_wrapped, _closed,
     _decode_stored, _Definer, _Definition, encode_debug, _Eqn, _fingerprint,
     _inputless_key, _link_refs, _loaded, _pattern_detail, _PLACEHOLDER,
-    raised_error, RaisingRule, _Ref, _rule_failed, _STATE, symbolic_patterns,
-    _wrap)
+    raised_error, RaisingRule, _Ref, _rule_failed, _STATE, _wrap)
+from jaxpr_io.families.custom_rules import common
+from jaxpr_io.families.custom_rules import wide
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.compat import specialize
 from jaxpr_io.errors import FormatError, UnsupportedError
@@ -49,7 +50,9 @@ class _FwdRule(_Definer):
     rule = self.rules.get(None)
     if rule is None:
       pattern = tuple(bool(z) for z in nonzeros)
-      rule = self.rules.get(pattern)
+      # Over MAX_PATTERN_INPUTS inputs, a stored wider pattern serves it.
+      rule = self.rules.get(pattern) or self.rules.get(
+          wide.covering_pattern(self.rules, pattern, True))
       if rule is None:
         raise UnsupportedError(
             f"the forward rule of custom_vjp function {self.eqn_name!r} was "
@@ -77,6 +80,9 @@ def call_bwd_table(table: dict, n_out: int, symbolic_zeros: bool, name: str,
     nonzero = [compat_custom_rules.zeros_like_aval(c.aval) if compat_custom_rules.is_zero(c) else c
                for c in cts]
   rule = table.get(pattern)
+  widened = None if rule else wide.widened_cotangents(table, pattern, cts)
+  if widened is not None:  # over MAX_PATTERN_INPUTS outputs
+    rule, nonzero = widened
   if rule is None:
     raise UnsupportedError(
         f"the backward rule of custom_vjp function {name!r} was "
@@ -197,8 +203,8 @@ class _VjpAnalysis:
       return
     self._forward()
     if eqn.symbolic_zeros:
-      self.ct_patterns = symbolic_patterns(eqn.call_jaxpr.out_avals, eqn,
-                                           "differentiable outputs", True)
+      self.ct_patterns = wide.stored_patterns(
+          eqn.call_jaxpr.out_avals, eqn, "differentiable outputs", True)
     else:
       # `_custom_lin_transpose` instantiates zero cotangents for these.
       self.ct_patterns = ((False,) * eqn.n_out,)
@@ -211,70 +217,83 @@ class _VjpAnalysis:
 
   def _forward(self) -> None:
     eqn = self.eqn
-    if eqn.symbolic_zeros:
-      calls = symbolic_patterns(eqn.in_avals[eqn.num_consts:], eqn,
-                                "differentiable inputs", False)
-      keys = calls
-    else:
+    self.out_info, self.res_avals, self.failure = None, None, None
+    avals = eqn.in_avals[eqn.num_consts:]
+    if not eqn.symbolic_zeros:
       # `_flatten_fwd` drops the pattern when symbolic_zeros=False: one
       # jaxpr serves them all.
-      calls, keys = ((True,) * eqn.n_in,), (None,)
-    rules, self.out_info, self.res_avals = [], None, None
-    failure = None
-    for key, pattern in zip(keys, calls):
-      detail = _pattern_detail(eqn, "perturbed inputs", pattern)
-      try:
-        jaxpr, consts = self.fwd_fun.call_wrapped(*pattern)
-        out_tree, res_tree, input_fwds = self.out_trees()
-      except UnsupportedError:
-        raise
-      except Exception as e:  # pylint: disable=broad-except
-        # The user's rule runs here and may raise anything. With symbolic
-        # zeros, a rule may refuse some patterns (the original raises when
-        # JAX asks for one; so will the loaded rule); every pattern failing
-        # is an error of the rule.
-        if failure is None:
-          failure = _rule_failed("forward rule", self.fwd_fun, eqn, detail, e)
-        if not eqn.symbolic_zeros:
-          raise failure from None
-        rules.append((key, raised_error(e)))
-        continue
-      _check_consts(consts, "forward rule", self.fwd_fun, eqn)
-      info = (out_tree.num_leaves, res_tree.num_leaves,
-              tuple(None if f is None else int(f) for f in input_fwds))
-      closed = compat.make_closed(jaxpr, consts)
-      n_res_out = info[1] - sum(f is not None for f in info[2])
-      if (len(info[2]) != info[1]
-          or len(jaxpr.outvars) != n_res_out + eqn.n_out
-          or any(f is not None and not 0 <= f < len(eqn.in_avals)
-                 for f in info[2])):
-        raise UnsupportedError(
-            f"the forward rule of custom_vjp function {eqn.name!r} returns "
-            f"{len(jaxpr.outvars)} values, which do not match its "
-            f"{eqn.n_out} outputs and residual structure {info}")
-      pruned = iter(closed.out_avals[:n_res_out])
-      res_avals = [next(pruned) if f is None else eqn.in_avals[f]
-                   for f in info[2]]
-      if self.out_info is None:
-        self.out_info, self.res_avals = info, res_avals
-      elif info != self.out_info or res_avals != self.res_avals:
-        raise UnsupportedError(
-            f"the forward rule of custom_vjp function {eqn.name!r} returns "
-            "different residuals for different patterns of perturbed "
-            "inputs (symbolic_zeros=True); jaxpr_io stores one backward "
-            "rule, so the residuals must not depend on the pattern")
-      rules.append((key, closed))
+      rules = [self._trace_fwd(None, (True,) * eqn.n_in)]
+    elif wide.over_limit(avals):
+      rules = wide.widest_rules(avals, False, lambda p: self._trace_fwd(p, p),
+                                lambda rule: type(rule[1]) is tuple)
+    else:
+      rules = [self._trace_fwd(p, p) for p in common.symbolic_patterns(
+          avals, eqn, "differentiable inputs", False)]
     if self.out_info is None:
-      raise failure
+      raise self.failure
     # The key and the backward rules use the first rule that traced.
     rules.sort(key=lambda rule: type(rule[1]) is tuple)
     self.fwd_rules = tuple(rules)
+    # With one traced rule standing for every pattern, the backward rule
+    # sees the residuals it returns as constants (see `trace_bwd`).
+    self.res_values = None
+    if eqn.symbolic_zeros and wide.over_limit(avals):
+      self.res_values = wide.constant_residuals(rules[0][1].jaxpr,
+                                                self.out_info[2])
+
+  def _trace_fwd(self, key, pattern) -> tuple:
+    """`(key, closed jaxpr)` of the forward rule for perturbed inputs
+    `pattern`, or `(key, error)` where it raises (symbolic zeros)."""
+    eqn = self.eqn
+    try:
+      jaxpr, consts = self.fwd_fun.call_wrapped(*pattern)
+      out_tree, res_tree, input_fwds = self.out_trees()
+    except UnsupportedError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      # The user's rule runs here and may raise anything. With symbolic
+      # zeros, a rule may refuse some patterns (the original raises when
+      # JAX asks for one; so will the loaded rule); every pattern failing
+      # is an error of the rule.
+      if self.failure is None:
+        self.failure = _rule_failed(
+            "forward rule", self.fwd_fun, eqn,
+            _pattern_detail(eqn, "perturbed inputs", pattern), e)
+      if not eqn.symbolic_zeros:
+        raise self.failure from None
+      return (key, raised_error(e))
+    _check_consts(consts, "forward rule", self.fwd_fun, eqn)
+    info = (out_tree.num_leaves, res_tree.num_leaves,
+            tuple(None if f is None else int(f) for f in input_fwds))
+    closed = compat.make_closed(jaxpr, consts)
+    n_res_out = info[1] - sum(f is not None for f in info[2])
+    if (len(info[2]) != info[1]
+        or len(jaxpr.outvars) != n_res_out + eqn.n_out
+        or any(f is not None and not 0 <= f < len(eqn.in_avals)
+               for f in info[2])):
+      raise UnsupportedError(
+          f"the forward rule of custom_vjp function {eqn.name!r} returns "
+          f"{len(jaxpr.outvars)} values, which do not match its "
+          f"{eqn.n_out} outputs and residual structure {info}")
+    pruned = iter(closed.out_avals[:n_res_out])
+    res_avals = [next(pruned) if f is None else eqn.in_avals[f]
+                 for f in info[2]]
+    if self.out_info is None:
+      self.out_info, self.res_avals = info, res_avals
+    elif info != self.out_info or res_avals != self.res_avals:
+      raise UnsupportedError(
+          f"the forward rule of custom_vjp function {eqn.name!r} returns "
+          "different residuals for different patterns of perturbed "
+          "inputs (symbolic_zeros=True); jaxpr_io stores one backward "
+          "rule, so the residuals must not depend on the pattern")
+    return (key, closed)
 
   def _trace_bwd(self, pattern) -> tuple:
     eqn = self.eqn
     # `_custom_lin_transpose` passes cotangents of these types.
     ct_avals = [a.to_ct_aval() for a in eqn.call_jaxpr.out_avals]
-    return trace_bwd(self.bwd_fun, eqn, self.res_avals, ct_avals, pattern)
+    return trace_bwd(self.bwd_fun, eqn, self.res_avals, ct_avals, pattern,
+                     self.res_values)
 
   def all_bwd_rules(self) -> tuple:
     while len(self.bwd_rules) < len(self.ct_patterns):
@@ -283,14 +302,20 @@ class _VjpAnalysis:
     return tuple(self.bwd_rules)
 
 
-def trace_bwd(bwd, eqn, res_avals, ct_avals, pattern) -> tuple:
+def trace_bwd(bwd, eqn, res_avals, ct_avals, pattern,
+              res_values=None) -> tuple:
   """A stored backward rule for one pattern of zero cotangents `pattern`:
   `(pattern, closed jaxpr, cts_in_zeros, zero_types)`, or `(pattern,
   error)` when the rule raises as it is traced (see
   jaxpr_io/families/custom_rules/registrations.py). `bwd` is called on residuals of types
   `res_avals` and the cotangents of types `ct_avals` (symbolic zeros where
   `pattern` says) and must return `eqn.n_in` input cotangents; `eqn` names
-  the function in messages (`kind`, `name`)."""
+  the function in messages (`kind`, `name`). `res_values`, where given,
+  holds per residual the constant the stored forward rule returns for it
+  (or None): `bwd` sees those values, as it does in JAX (whose transpose
+  passes the forward jaxpr's literals), where abstract residuals would make
+  a rule that branches on them in Python (Equinox's `perturbed` flags)
+  fail to trace; the traced jaxpr still takes every residual."""
   n_res = len(res_avals)
   zeros: list = []
 
@@ -298,7 +323,9 @@ def trace_bwd(bwd, eqn, res_avals, ct_avals, pattern) -> tuple:
     nonzero = iter(args[n_res:])
     cts = [compat_custom_rules.SymbolicZero(a) if z else next(nonzero)
            for a, z in zip(ct_avals, pattern)]
-    outs, logs = compat_custom_rules.call_bwd(bwd, *args[:n_res], *cts)
+    res = args[:n_res] if res_values is None else [
+        r if v is None else v for r, v in zip(args[:n_res], res_values)]
+    outs, logs = compat_custom_rules.call_bwd(bwd, *res, *cts)
     if logs is not None:
       raise UnsupportedError(
           f"the backward rule {bwd.debug_info.func_name!r} of custom_vjp "

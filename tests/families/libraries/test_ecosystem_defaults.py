@@ -66,18 +66,20 @@ def branched_error_if_program():
   return f, (x, np.int32(0)), (x, np.int32(2)), "second"
 
 
-def diffrax_ode():
-  """diffeqsolve with its defaults but the adjoint: throw=True, so a
-  solve that runs out of steps raises. (The default adjoint,
-  RecursiveCheckpointAdjoint, is refused: tests/support/zoo2.py.)"""
+def diffrax_ode(adjoint=None):
+  """diffeqsolve with its defaults but the adjoint: throw=True, so a solve
+  that runs out of steps raises. (`diffrax_ode_default`, the default
+  adjoint, is tested through its stored gradient: its forward program
+  stores a 6 MB file, which `load` reads only trusted.)"""
   dfx = pytest.importorskip("diffrax")
   term = dfx.ODETerm(lambda t, y, k: -k * y + jnp.sin(t) * 0.5)
+  adjoint = dfx.DirectAdjoint() if adjoint is None else adjoint
 
   def f(y0, k):
     sol = dfx.diffeqsolve(term, dfx.Tsit5(), 0.0, 1.0, 0.1, y0, args=k,
                           stepsize_controller=dfx.PIDController(
                               rtol=1e-4, atol=1e-6),
-                          max_steps=16, adjoint=dfx.DirectAdjoint())
+                          max_steps=16, adjoint=adjoint)
     return sol.ys[-1]
   y0 = np.array([1.0, -0.5, 0.25], np.float32)
   # A stiff k needs more than 16 steps at these tolerances.
@@ -85,10 +87,21 @@ def diffrax_ode():
       "maximum number of solver steps")
 
 
+def diffrax_ode_default():
+  """The ODE with diffeqsolve's default adjoint, RecursiveCheckpointAdjoint:
+  Equinox checkpointed while loops, symbolic-zeros custom_vjps with 16 and
+  11 differentiable inputs (stored for their widest patterns)."""
+  dfx = pytest.importorskip("diffrax")
+  return diffrax_ode(dfx.RecursiveCheckpointAdjoint())
+
+
 def diffrax_sde():
+  """An SDE with diffeqsolve's defaults (RecursiveCheckpointAdjoint, which
+  needs a VirtualBrownianTree rather than an UnsafeBrownianPath)."""
   dfx = pytest.importorskip("diffrax")
   lx = pytest.importorskip("lineax")
-  bm = dfx.UnsafeBrownianPath(shape=(3,), key=jax.random.key(3))
+  bm = dfx.VirtualBrownianTree(0.0, 2.0, tol=0.1, shape=(3,),
+                               key=jax.random.key(3))
   terms = dfx.MultiTerm(
       dfx.ODETerm(lambda t, y, k: -k * y),
       dfx.ControlTerm(lambda t, y, k: lx.DiagonalLinearOperator(
@@ -96,12 +109,26 @@ def diffrax_sde():
 
   def f(y0, k, t1):
     sol = dfx.diffeqsolve(terms, dfx.Euler(), 0.0, t1, 0.05, y0, args=k,
-                          max_steps=32, adjoint=dfx.DirectAdjoint())
+                          max_steps=32)
     return sol.ys[-1]
   y0 = np.array([1.0, -0.5, 0.25], np.float32)
   # Fixed steps of 0.05: t1 = 1 takes 20 of the 32 allowed, t1 = 2 needs 40.
   return f, (y0, np.float32(0.7), np.float32(1.0)), (
       y0, np.float32(0.7), np.float32(2.0)), "maximum number of solver steps"
+
+
+def _grad_of(build):
+  """The summed outputs of `build`'s program and their gradient with
+  respect to its first two inputs, traced in this process (so the stored
+  program holds the backward pass: for Diffrax's default adjoint, the
+  checkpointed loop's backward loop, whose recomputed steps hold the
+  11-input custom_vjp). With the value among the outputs a failing solve
+  raises the same error (a gradient alone leaves the check dead)."""
+  def builder():
+    fn, good, bad, message = build()
+    return (jax.value_and_grad(lambda *a: fn(*a).sum(), argnums=(0, 1)),
+            good, bad, message)
+  return builder
 
 
 def optimistix_newton():
@@ -146,7 +173,9 @@ PROGRAMS = {
 # and the error there; tracing and compiling Diffrax is the cost, so once.
 FRESH_PROGRAMS = {
     "diffrax_ode": diffrax_ode,
+    "diffrax_ode_grad": _grad_of(diffrax_ode_default),
     "diffrax_sde": diffrax_sde,
+    "diffrax_sde_grad": _grad_of(diffrax_sde),
     "optimistix_newton": optimistix_newton,
     "lineax_cg_max_norm": lineax_cg_max_norm,
 }
@@ -194,8 +223,8 @@ for name in json.load(open(workdir + "/names.json")):
   inputs = np.load(f"{workdir}/{name}.npz")
   good = [inputs[f"good{i}"] for i in range(len(inputs.files) // 2)]
   bad = [inputs[f"bad{i}"] for i in range(len(inputs.files) // 2)]
-  out = jax.jit(prog)(*good)
-  np.save(f"{workdir}/{name}.out.npy", np.asarray(out))
+  out = jax.tree_util.tree_leaves(jax.jit(prog)(*good))
+  np.savez(f"{workdir}/{name}.out.npz", *map(np.asarray, out))
   try:
     jax.block_until_ready(jax.jit(prog)(*bad))
     results[name] = None
@@ -208,7 +237,9 @@ json.dump(results, open(workdir + "/errors.json", "w"))
 # In two shards, so that pytest-xdist spreads the tracing and compiling.
 @pytest.mark.parametrize("shard", range(2))
 def test_in_a_fresh_process(tmp_path, shard):
-  expected = {}
+  """Stored, re-dumped, run and failing as the original, in a fresh
+  process, bit-identical to the original's under jit."""
+  expected, names = {}, []
   for name, build in sorted(FRESH_PROGRAMS.items())[shard::2]:
     fn, good, bad, message = build()
     prog = jaxpr_io.trace(fn, *good)
@@ -216,14 +247,18 @@ def test_in_a_fresh_process(tmp_path, shard):
     np.savez(tmp_path / f"{name}.npz",
              **{f"good{i}": np.asarray(a) for i, a in enumerate(good)},
              **{f"bad{i}": np.asarray(a) for i, a in enumerate(bad)})
-    expected[name] = (np.asarray(jax.jit(prog)(*good)),
-                      _error_of(prog, *bad), message)
-  (tmp_path / "names.json").write_text(json.dumps(sorted(expected)))
+    out = jax.tree_util.tree_leaves(jax.jit(prog)(*good))
+    expected[name] = (out, _error_of(prog, *bad), message)
+    names.append(name)
+  (tmp_path / "names.json").write_text(json.dumps(names))
   proc = run_fresh_python(FRESH, str(tmp_path), timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   errors = json.loads((tmp_path / "errors.json").read_text())
   for name, (out, (kind, _), message) in expected.items():
-    assert_bit_identical(np.load(tmp_path / f"{name}.out.npy"), out)
+    got = np.load(tmp_path / f"{name}.out.npz")
+    assert len(got.files) == len(out), name
+    for i, want in enumerate(out):
+      assert_bit_identical(got[f"arr_{i}"], np.asarray(want))
     assert errors[name] is not None, name
     assert errors[name][0] == kind and message in errors[name][1], (
         name, errors[name])
@@ -324,20 +359,3 @@ def test_checkpointed_while_loop_under_grad_round_trips():
   prog = jaxpr_io.trace(jax.grad(_checkpointed, argnums=(0, 1)), x, w)
   loaded = assert_roundtrip(prog)
   assert_bit_identical(jax.jit(loaded)(x, w), jax.jit(prog)(x, w))
-
-
-def test_diffrax_default_adjoint_under_grad_is_refused_naming_the_equation():
-  # RecursiveCheckpointAdjoint's loop body holds a custom_vjp with
-  # symbolic zeros and 11 differentiable inputs (2**11 rule patterns).
-  dfx = pytest.importorskip("diffrax")
-  term = dfx.ODETerm(lambda t, y, k: -k * y)
-
-  def loss(y0, k):
-    return dfx.diffeqsolve(term, dfx.Tsit5(), 0.0, 1.0, 0.1, y0, args=k,
-                           max_steps=16).ys[-1].sum()
-  prog = jaxpr_io.trace(jax.grad(loss), np.ones(3, np.float32),
-                        np.float32(0.7))
-  with pytest.raises(jaxpr_io.UnsupportedError,
-                     match=r"^equation \d+ \(jit\).*custom_vjp_call.*"
-                     "symbolic_zeros=True"):
-    jaxpr_io.dumps(prog)
