@@ -151,7 +151,10 @@ def _batched(args):
   for a in args:
     a = np.asarray(a) if not hasattr(a, "dtype") or not jax.dtypes.issubdtype(
         a.dtype, jax.dtypes.prng_key) else a
-    other = a * 0.5 if _is_float(a) else a
+    # Keep the dtype: numpy promotes bfloat16 * 0.5 to float32, and the
+    # original function, traced anew, would then be compared at float32
+    # with a program that takes bfloat16.
+    other = (a * 0.5).astype(a.dtype) if _is_float(a) else a
     out.append(jnp.stack([a, other]))
   return out
 
