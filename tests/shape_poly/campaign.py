@@ -84,10 +84,14 @@ def assert_close(actual, expected, tol: float) -> bool:
       raise AssertionError(f"{a.dtype}{a.shape} != {e.dtype}{e.shape}")
     if a.dtype == jax.dtypes.float0:
       continue
-    if np.array_equal(a, e, equal_nan=a.dtype.kind in "fc"):
+    # bfloat16 and the other ml_dtypes have numpy kind "V", not "f".
+    inexact = jnp.issubdtype(a.dtype, jnp.inexact)
+    if inexact and a.dtype.kind == "V":  # exactly representable in float32
+      a, e = a.astype(np.float32), e.astype(np.float32)
+    if np.array_equal(a, e, equal_nan=inexact):
       continue
     exact = False
-    if a.dtype.kind in "fc":
+    if inexact:
       np.testing.assert_allclose(a, e, rtol=tol, atol=tol, equal_nan=True)
     else:
       raise AssertionError(f"values differ: {a} != {e}")
@@ -194,7 +198,7 @@ def other_sizes(specs, args, constraints, exp) -> list[list]:
 
 def _random_like(rng, arg, shape):
   dtype = arg.dtype
-  if dtype.kind == "f":
+  if jnp.issubdtype(dtype, jnp.floating):  # bfloat16 too (kind "V")
     return rng.randn(*shape).astype(dtype)
   if dtype.kind == "c":
     return (rng.randn(*shape) + 1j * rng.randn(*shape)).astype(dtype)
