@@ -162,3 +162,22 @@ def test_saved_model_of_a_symbolic_program_that_adds_an_axis(make, tmp_path):
     x = _rng.randn(n, *shape).astype(np.float32)
     np.testing.assert_allclose(serve(arg0=tf.constant(x))["out0"].numpy(),
                                jax.jit(fn)(x), rtol=1e-6, atol=1e-6)
+
+
+def test_vmap_of_bfloat16_pad_at_a_symbolic_batch():
+  # JAX's `vmap_pad` harness (bfloat16, padding value an argument) from the
+  # shape-polymorphism campaign. Its vmap step once fed the loaded program
+  # float32 (numpy promotes bfloat16 * 0.5), which the original retraces at
+  # and the stored program cannot take; at bfloat16 both agree.
+  def f(x, v):
+    return jax.lax.pad(x, v, ((0, 0, 0), (1, 1, 0), (2, 2, 0)))
+  b, = _symbolic("b")
+  loaded = _both(f, jax.ShapeDtypeStruct((b, 2, 3), jnp.bfloat16),
+                 jax.ShapeDtypeStruct((), jnp.bfloat16))["loaded"]
+  x = _rng.randn(2, 3, 2, 3).astype(jnp.bfloat16)
+  v = _rng.randn(2).astype(jnp.bfloat16)
+  np.testing.assert_array_equal(jax.vmap(loaded)(x, v), jax.vmap(f)(x, v))
+  np.testing.assert_array_equal(jax.vmap(loaded, in_axes=(0, None))(x, v[0]),
+                                jax.vmap(f, in_axes=(0, None))(x, v[0]))
+  with pytest.raises(TypeError, match="bfloat16"):
+    jax.vmap(loaded)(x.astype(np.float32), v)

@@ -4,10 +4,11 @@ jaxpr_io (tests/shape_poly/campaign.py says what each step checks).
   python -m tests.shape_poly --out build/shape_poly/results-$(python -c 'import jax; print(jax.__version__)').jsonl
 
 prints the table of docs/symbolic-shapes.md and every harness that
-jax.export handles and jaxpr_io fails, with the reason. Single process; a
-run of all 1523 harnesses takes about 2 hours on a 2-core machine;
+jax.export handles and jaxpr_io fails, with the reason. Single process.
 `--vmap-per-group 1` (every harness of the list proper and the first of
-each vmap_* group) about 30 minutes.
+each vmap_* group: 417 harnesses on jax 0.10.2, 419 on 0.12) took 12 to
+19 s a harness on average, niced on a shared 2-core machine (2026-11-26):
+more than the 80 minutes those runs had; all 1523 take many hours.
 """
 
 from __future__ import annotations
@@ -45,13 +46,16 @@ def summarize(records) -> str:
 
 
 def failures(records) -> list[str]:
+  """Every step jaxpr_io fails on a harness jax.export handles (the goal is
+  none), saying whether jax.export's own step passes, and every error of
+  the campaign itself."""
   out = []
   for r in records:
     if r.get("error"):
       out.append(f"{r['name']}: campaign error: {r['error'].splitlines()[0]}")
     for step, (mine, why, theirs) in r.get("steps", {}).items():
-      if mine == "fail" and theirs == "pass":
-        out.append(f"{r['name']}: {step}: {why}")
+      if mine == "fail":
+        out.append(f"{r['name']}: {step} (jax.export: {theirs}): {why}")
   return out
 
 
@@ -112,15 +116,14 @@ def main(argv=None) -> int:
     if out:
       out.write(json.dumps(record) + "\n")
       out.flush()
-    bad = [s for s, c in record["steps"].items()
-           if c[0] == "fail" and c[2] == "pass"]
+    bad = [s for s, c in record["steps"].items() if c[0] == "fail"]
     print(f"[{i + 1}/{len(harnesses)} {time.time() - start:.0f}s] "
           f"{record['name']}: export {record.get('export')}"
           + (f"; FAILS {bad}" if bad else "")
           + ("; ERROR" if record.get("error") else ""), flush=True)
   print(summarize(records))
   lines = failures(records)
-  print(f"\n{len(lines)} failures where jax.export passes:")
+  print(f"\n{len(lines)} jaxpr_io failures on harnesses jax.export handles:")
   print("\n".join(lines))
   return 1 if lines else 0
 
