@@ -90,7 +90,7 @@ def symbolic_patterns(avals, eqn: _Eqn, what: str, fixed: bool):
   for: one bool per aval, where the avals that are not floating point
   always have `fixed` (JAX gives integer and boolean values symbolic-zero
   tangents and cotangents, so they are never perturbed)."""
-  free = [i for i, a in enumerate(avals) if _differentiable(a)]
+  free = free_inputs(avals)
   n = len(free)
   if n > MAX_PATTERN_INPUTS:
     raise UnsupportedError(
@@ -106,6 +106,11 @@ def symbolic_patterns(avals, eqn: _Eqn, what: str, fixed: bool):
       pattern[i] = value
     patterns.append(tuple(pattern))
   return tuple(patterns)
+
+
+def free_inputs(avals) -> list[int]:
+  """The indices of the avals a pattern can vary: the floating-point ones."""
+  return [i for i, a in enumerate(avals) if _differentiable(a)]
 
 
 def _differentiable(aval) -> bool:

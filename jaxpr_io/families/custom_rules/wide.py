@@ -31,8 +31,7 @@ from jaxpr_io.families.custom_rules import common
 
 def over_limit(avals) -> bool:
   """Whether a rule over `avals` is stored for its widest patterns only."""
-  return (sum(map(common._differentiable, avals))  # pylint: disable=protected-access
-          > common.MAX_PATTERN_INPUTS)
+  return len(common.free_inputs(avals)) > common.MAX_PATTERN_INPUTS
 
 
 def stored_patterns(avals, eqn, what: str, fixed: bool):
@@ -46,8 +45,7 @@ def stored_patterns(avals, eqn, what: str, fixed: bool):
 
 def _prefix_pattern(avals, fixed: bool, k: int) -> tuple[bool, ...]:
   """The first `k` differentiable avals `not fixed`, the rest `fixed`."""
-  free = [i for i, a in enumerate(avals)
-          if common._differentiable(a)][:k]  # pylint: disable=protected-access
+  free = common.free_inputs(avals)[:k]
   return tuple((not fixed) if i in free else fixed for i in range(len(avals)))
 
 
@@ -57,7 +55,7 @@ def widest_rules(avals, fixed: bool, attempt: Callable[[tuple], Any],
   one (`raised(rule)`: it stored an error). The widest pattern's rule; if
   that raises, the longest prefix pattern's that does not (first) and the
   widest's error."""
-  n = sum(map(common._differentiable, avals))  # pylint: disable=protected-access
+  n = len(common.free_inputs(avals))
   widest = attempt(_prefix_pattern(avals, fixed, n))
   if not raised(widest):
     return [widest]
