@@ -63,6 +63,7 @@ from google.protobuf import descriptor as pb_descriptor
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
+from tests.fuzz import structural
 
 _FD = pb_descriptor.FieldDescriptor
 
@@ -580,16 +581,27 @@ def frame(program: bytes, data: bytes, format_version: int) -> bytes:
 
 
 def make_case(seed_bytes: bytes, rng: random.Random, *, max_edits: int = 3,
-              attempts: int = 20, focus: str | None = None):
+              attempts: int = 20, focus: str | None = None,
+              structural_share: float = 0.0):
   """(case bytes, edit log, site groups): 1 to `max_edits` edits of the
   seed's Program message, checksums fixed. The first edit is in site group
-  `focus` when the seed has it."""
+  `focus` when the seed has it. With probability `structural_share` the
+  first edit is a structural mutation (tests/fuzz/structural.py; its group
+  is `structural:<name>`) and 0 to `max_edits - 1` field edits follow."""
   c = container.Container(seed_bytes)
   data = bytes(c.data)
   for _ in range(attempts):
     msg = pb.Program.FromString(c.program)
     m = Mutator(msg, rng, len(data))
-    for k in range(rng.randint(1, max_edits)):
+    n_edits = rng.randint(1, max_edits)
+    if structural_share and rng.random() < structural_share:
+      done = structural.apply(msg, rng)
+      if done is not None:
+        m.groups.append(f"structural:{done[0]}")
+        m.log.append(done[1])
+        n_edits = rng.randint(0, max_edits - 1)
+        focus = None
+    for k in range(n_edits):
       m.mutate_once(focus if k == 0 else None)
     fix_blob_crcs(msg, data)
     try:
@@ -613,6 +625,10 @@ def site_groups(file_bytes: bytes) -> set:
   return {site.group for site in _Index(msg).sites}
 
 
+# The share of cases whose first edit is a structural mutation.
+STRUCTURAL_SHARE = 0.3
+
+
 class CaseFactory:
   """Case `i` of a campaign: its seed program and bytes, from
   `case_rng(seed, i)` alone.
@@ -624,10 +640,12 @@ class CaseFactory:
   about as often as one every seed has.
   """
 
-  def __init__(self, files: dict, seed: int, max_edits: int = 3):
+  def __init__(self, files: dict, seed: int, max_edits: int = 3,
+               structural_share: float = STRUCTURAL_SHARE):
     self.files = files
     self.seed = seed
     self.max_edits = max_edits
+    self.structural_share = structural_share
     self.names = sorted(files)
     self.groups = {n: site_groups(files[n]) for n in self.names}
     self.all_groups = sorted(set().union(*self.groups.values()))
@@ -642,5 +660,6 @@ class CaseFactory:
     else:
       name = rng.choice(self.names)
     data, edits, groups = make_case(self.files[name], rng,
-                                    max_edits=self.max_edits, focus=focus)
+                                    max_edits=self.max_edits, focus=focus,
+                                    structural_share=self.structural_share)
     return name, data, edits, groups
