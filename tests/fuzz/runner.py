@@ -408,6 +408,9 @@ class Tally:
     self.group_outcomes = collections.defaultdict(collections.Counter)
     self.clusters: dict[tuple, dict] = {}
     self.kept = collections.Counter()
+    self.transforms = collections.Counter()
+    self.unsupported = collections.Counter()
+    self.memory_peak = {}   # stage -> (largest share of the budget, case)
     self.done = 0
 
   def cluster_key(self, f: dict) -> tuple:
@@ -445,6 +448,20 @@ class Tally:
     r = v.result or {}
     for name, n in (r.get("warnings") or {}).items():
       self.warnings[name] += n
+    for stage, status in (r.get("transforms") or {}).items():
+      self.transforms[f"{stage}: {status}"] += 1
+    for stage, why in (r.get("transform_unsupported") or {}).items():
+      self.unsupported[f"{stage}: {_normalize(why)}"] += 1
+      if self.kept["transform-unsupported"] < 20:
+        self.kept["transform-unsupported"] += 1
+        self._save("_info/transform-unsupported", v, f"{stage}: {why}")
+    memory = r.get("memory") or {}
+    for stage in ("load", "check"):
+      grown = memory.get(stage)
+      if grown is not None and memory.get("budget"):
+        share = grown / memory["budget"]
+        if share > self.memory_peak.get(stage, (0.0, None))[0]:
+          self.memory_peak[stage] = (share, v.case.id)
     if v.outcome == "call-skipped":
       self.skips[r.get("skip_reason", "?")] += 1
     if v.outcome.startswith("rejected-"):
@@ -622,6 +639,17 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
       "call_skipped": dict(tally.skips.most_common()),
       "rejections": dict(tally.rejections.most_common(60)),
       "info": dict(tally.info),
+      # Per transform stage: ok, skipped (why), unsupported (the program's
+      # own: a primitive without the rule), over the accepted programs.
+      "transforms": dict(sorted(tally.transforms.items())),
+      "transform_unsupported": dict(tally.unsupported.most_common(30)),
+      # The largest resident-memory growth of a case's load and check, as
+      # a share of the budget (16x the file + 64 MiB), and that case.
+      "memory_peak_share": {k: [round(v[0], 4), v[1]] for k, v in
+                            sorted(tally.memory_peak.items())},
+      "structural": {g[len("structural:"):]: dict(c.most_common())
+                     for g, c in sorted(tally.group_outcomes.items())
+                     if g.startswith("structural:")},
       "warnings": dict(tally.warnings.most_common()),
       "worker_restarts": dict(campaign.restarts),
       "seeds": {n: len(d) for n, d in sorted(files.items())},
@@ -662,6 +690,16 @@ def format_summary(s: dict, top: int = 20) -> str:
     lines.append("seeds dropped: " + "; ".join(
         f"{k}: {v}" for k, v in s["seeds_dropped"].items()))
   lines.append(f"mutation site groups hit: {s['mutation_groups']}")
+  for name, outcomes in s.get("structural", {}).items():
+    lines.append(f"structural {name}: " + ", ".join(
+        f"{k} {v}" for k, v in outcomes.items()))
+  if s.get("transforms"):
+    lines.append("transforms: " + ", ".join(
+        f"{k} {v}" for k, v in s["transforms"].items()))
+  if s.get("memory_peak_share"):
+    lines.append("largest memory growth / budget: " + ", ".join(
+        f"{k} {v[0]:.3f} (case {v[1]})"
+        for k, v in s["memory_peak_share"].items()))
   lines.append(f"FAILURES: {s['failure_count']}" + (
       " (" + ", ".join(f"{k} {v}" for k, v in s["failures"].items()) + ")"
       if s["failures"] else ""))

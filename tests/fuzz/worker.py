@@ -22,6 +22,11 @@ Stages of one case (`run_case`):
   call    `jax.jit(prog)(*args, **kwargs)` on ones (zeros for keys) of the
           input avals (under `checkify.checkify` for a program with
           checks), then `jax.block_until_ready`
+  grad, vmap, jvp
+          `jax.make_jaxpr` of each transform of the program, on the call's
+          inputs (tests/fuzz/transforms.py); an error that says a
+          primitive has no rule for the transform is the program's own
+          (`transforms` in the result: "unsupported"), not a failure
 
 In `load` and `check`, any exception but `FormatError` is a failure
 (`load-exception`, `check-exception`); after a passed check, any exception
@@ -48,6 +53,8 @@ import sys
 import time
 import traceback
 import warnings
+
+from tests.fuzz import transforms
 
 _MAX_AVAL_BYTES = 64 << 20
 _PKG_DIR = None   # jaxpr_io's directory, set on import of jaxpr_io
@@ -265,19 +272,18 @@ def make_call_args(prog):
   return tuple(tree[0]), dict(tree[1]), mesh
 
 
-def call(prog):
-  """Runs the first call; returns None, or why it was skipped."""
-  import contextlib  # pylint: disable=import-outside-toplevel
+def call(prog, made_args: dict | None = None):
+  """Runs the first call; returns None, or why it was skipped. Puts the
+  inputs it made (`args`, `kwargs`, `mesh`) in `made_args`."""
   import jax  # pylint: disable=import-outside-toplevel
   from jaxpr_io.families import checkify as checks  # pylint: disable=import-outside-toplevel
   made = make_call_args(prog)
   if isinstance(made, str):
     return made
   args, kwargs, mesh = made
-  ctx = contextlib.nullcontext()
-  if mesh is not None:
-    setter = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
-    ctx = setter(mesh)
+  if made_args is not None:
+    made_args.update(args=args, kwargs=kwargs, mesh=mesh)
+  ctx = mesh_context(mesh)
   fun = prog
   if checks.has_checks(prog.closed_jaxpr.jaxpr):
     # A program with checkify checks is called functionalized, as
@@ -287,6 +293,79 @@ def call(prog):
     out = jax.jit(fun)(*args, **kwargs)
     jax.block_until_ready(out)
   return None
+
+
+def mesh_context(mesh):
+  """The context a call of a program with inputs on `mesh` runs in."""
+  import contextlib  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  if mesh is None:
+    return contextlib.nullcontext()
+  setter = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
+  return setter(mesh)
+
+
+def run_transform(prog, stage: str, made_args: dict) -> str | None:
+  """Traces transform `stage` of the program (tests/fuzz/transforms.py) on
+  the inputs its call was made with; returns why it was skipped, or None."""
+  with mesh_context(made_args.get("mesh")):
+    return transforms.STAGES[stage](prog, made_args["args"],
+                                    made_args["kwargs"])
+
+
+# ------------------------------------------------------------- memory
+_BUDGET_SLACK = 64 << 20
+
+
+def memory_budget(data: bytes) -> int:
+  """The documented budget of an untrusted load (docs/trust.md): 16 times
+  the file's size plus 64 MiB."""
+  return 16 * len(data) + _BUDGET_SLACK
+
+
+def _status_kib(field: str) -> int | None:
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith(field + ":"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return None
+
+
+class Peak:
+  """The peak resident memory a block adds (Linux: the high-water mark is
+  reset through /proc/self/clear_refs); `grown` is None where that cannot
+  be measured."""
+
+  def __enter__(self):
+    self.grown = None
+    try:
+      with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+      self.base = _status_kib("VmRSS")
+    except OSError:
+      self.base = None
+    return self
+
+  def __exit__(self, *exc):
+    hwm = _status_kib("VmHWM")
+    if self.base is not None and hwm is not None:
+      self.grown = max(0, hwm - self.base)
+    return False
+
+
+def over_budget(result: dict, stage: str, grown: int, budget: int) -> dict:
+  result["outcome"] = "failure"
+  mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+  result["failure"] = {
+      "cls": f"memory-budget-{stage}", "stage": stage,
+      "type": "over the memory budget",
+      "message": f"{stage} grew the resident memory by {mib(grown)}, over "
+                 f"the budget of {mib(budget)}",
+      "lib_frame": "", "last_frame": "", "traceback": ""}
+  return result
 
 
 # ------------------------------------------------------------- one case
@@ -307,6 +386,11 @@ def _selftest(data: bytes) -> None:
     os._exit(3)  # pylint: disable=protected-access
   if what == "memory":
     bytearray(1 << 40)
+  if what == "budget":
+    # 256 MiB written (so resident), freed before the load goes on: over
+    # the budget of a tiny file, under the address-space limit.
+    filled = b"\x01" * (256 << 20)
+    del filled
   if what == "exception":
     raise KeyError("selftest")
 
@@ -329,11 +413,14 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
       # ------------------------------------------------ load
       stage = "load"
       report(stage, {})
+      budget = memory_budget(data)
+      result["memory"] = {"budget": budget}
       try:
-        if os.environ.get("JAXPR_IO_FUZZ_SELFTEST"):
-          _selftest(data)
-        prog = jaxpr_io.loads(data)
-        prog.closed_jaxpr  # pylint: disable=pointless-statement
+        with Peak() as peak:
+          if os.environ.get("JAXPR_IO_FUZZ_SELFTEST"):
+            _selftest(data)
+          prog = jaxpr_io.loads(data)
+          prog.closed_jaxpr  # pylint: disable=pointless-statement
         load_ok = True
       except FormatError as e:
         load_ok = False
@@ -342,12 +429,19 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
         return fail("memory-load", e)
       except BaseException as e:  # pylint: disable=broad-except
         return fail("load-exception", e)
+      result["memory"]["load"] = peak.grown
+      if peak.grown is not None and peak.grown > budget:
+        return over_budget(result, stage, peak.grown, budget)
       # ------------------------------------------------ check
       stage = "check"
       report(stage, {})
       try:
-        prog = jaxpr_io.loads(data, check=True)
+        with Peak() as peak:
+          prog = jaxpr_io.loads(data, check=True)
       except FormatError as e:
+        result["memory"]["check"] = peak.grown
+        if peak.grown is not None and peak.grown > budget:
+          return over_budget(result, stage, peak.grown, budget)
         result["outcome"] = "rejected-load" if not load_ok else (
             "rejected-check")
         result["check_error"] = str(e)[:300]
@@ -356,10 +450,15 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
         return fail("memory-check", e)
       except BaseException as e:  # pylint: disable=broad-except
         return fail("check-exception", e)
+      result["memory"]["check"] = peak.grown
+      if peak.grown is not None and peak.grown > budget:
+        return over_budget(result, stage, peak.grown, budget)
       if not load_ok:
         result["check_passed_after_load_rejected"] = True
       # ------------------------------------------------ after the check
-      for stage in ("str", "dumps", "reload", "call"):
+      made_args: dict = {}
+      result["transforms"] = {}
+      for stage in ("str", "dumps", "reload", "call", *transforms.STAGES):
         info = {}
         if stage == "call":
           try:
@@ -379,12 +478,16 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
             again = jaxpr_io.loads(redumped, check=True)
             again.closed_jaxpr  # pylint: disable=pointless-statement
             result["redump_differs"] = jaxpr_io.dumps(again) != redumped
-          else:
-            skipped = call(prog)
+          elif stage == "call":
+            skipped = call(prog, made_args)
             if skipped:
               result["outcome"] = "call-skipped"
               result["skip_reason"] = skipped
               return result
+          else:
+            skipped = run_transform(prog, stage, made_args)
+            result["transforms"][stage] = (
+                f"skipped: {skipped}" if skipped else "ok")
         except MemoryError as e:
           return fail(f"memory-{stage}", e)
         except BaseException as e:  # pylint: disable=broad-except
@@ -392,6 +495,12 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
             result["outcome"] = "call-callback-error"
             result["callback_error"] = str(e)[-300:]
             return result
+          if stage in transforms.STAGES and transforms.own_limit(e):
+            # The primitive's own limit (no rule for the transform).
+            result["transforms"][stage] = "unsupported"
+            result.setdefault("transform_unsupported", {})[stage] = (
+                f"{type(e).__name__}: {str(e)[:200]}")
+            continue
           return fail(f"post-check-{stage}", e)
       result["outcome"] = "accepted"
       return result
@@ -428,6 +537,13 @@ def _serve(proto, mem_gib: float) -> None:
   _PKG_DIR = os.path.dirname(os.path.abspath(jaxpr_io.__file__))
   hostfns.register()
   jax.block_until_ready(jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((2, 2))))
+  # Every primitive family and JAX module a file may name, imported before
+  # the first case: importing them is not the cost of a case (the memory
+  # budget's measure).
+  from jaxpr_io import families  # pylint: disable=import-outside-toplevel
+  from jaxpr_io.codec import registry  # pylint: disable=import-outside-toplevel
+  families.load_all()
+  registry.PRIMITIVES.all()
   if mem_gib > 0:
     with open("/proc/self/status") as f:
       vm = next(int(line.split()[1]) * 1024 for line in f
