@@ -58,6 +58,9 @@ class Case:
   data: bytes
   edits: list
   groups: list
+  # Transform stages the seed itself cannot do; a seed's own case: None
+  # (a baseline run, which records them).
+  seed_unsupported: tuple | None = ()
 
 
 @dataclasses.dataclass
@@ -135,7 +138,10 @@ class Worker:
     self.stage_info = {}
     self.deadline = time.monotonic() + timeout
     line = json.dumps({"id": case.id, "path": self.case_path,
-                       "timeout": timeout}) + "\n"
+                       "timeout": timeout,
+                       "baseline": case.seed_unsupported is None,
+                       "seed_unsupported": list(
+                           case.seed_unsupported or ())}) + "\n"
     self.proc.stdin.write(line.encode())
     self.proc.stdin.flush()
 
@@ -549,7 +555,8 @@ def _progress_line(t: Tally, total: int, start: float) -> str:
           "rejected")
 
 
-def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
+def run_campaign(*, cases: int, seed: int = 0, first: int = 0,
+                 workers: int = 2,
                  out: str, timeout: float = 20.0, mem_gib: float = 4.0,
                  keep: int = 1000, recycle: int = 400,
                  seed_cache: str | None = None, only_seeds=None,
@@ -582,7 +589,8 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
     # The seeds themselves must pass every stage.
     baseline = {}
     campaign.run(
-        (Case(f"seed-{n}", n, d, [], []) for n, d in sorted(files.items())),
+        (Case(f"seed-{n}", n, d, [], [], None)
+         for n, d in sorted(files.items())),
         lambda v: baseline.__setitem__(v.case.seed_name, v))
     for name, v in sorted(baseline.items()):
       if v.outcome not in ("accepted", "call-skipped"):
@@ -601,10 +609,21 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
         f"timeout {timeout:g}s")
 
     factory = mutate.CaseFactory(files, seed, max_edits)
+    # The transforms each seed cannot do (its primitives have no rule, as
+    # the original function's have none): errors there are the program's.
+    unsupported = {
+        name: tuple(sorted(stage for stage, status in (
+            (v.result or {}).get("transforms") or {}).items()
+                           if status == "unsupported"))
+        for name, v in baseline.items()}
+    say("fuzz: transforms the seeds cannot do: " + ", ".join(
+        f"{n} {'/'.join(u)}" for n, u in sorted(unsupported.items()) if u))
 
     def generate():
-      for i in range(cases):
-        yield Case(str(i), *factory.make(i))
+      for i in range(first, first + cases):
+        name, data, edits, groups = factory.make(i)
+        yield Case(str(i), name, data, edits, groups,
+                   unsupported.get(name, ()))
 
     start = time.monotonic()
     last = [start]
@@ -628,7 +647,8 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
       "command": command,
       "jax": jax.__version__,
       "python": platform.python_version(),
-      "seed": seed, "cases": tally.done, "cases_requested": cases,
+      "seed": seed, "first_case": first, "cases": tally.done,
+      "cases_requested": cases,
       "interrupted": interrupted,
       "workers": workers, "timeout_s": timeout, "mem_gib": mem_gib,
       "elapsed_s": round(elapsed, 1),
@@ -654,6 +674,8 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
       "worker_restarts": dict(campaign.restarts),
       "seeds": {n: len(d) for n, d in sorted(files.items())},
       "seeds_dropped": dropped,
+      "seed_transforms_unsupported": {n: list(u) for n, u in
+                                      sorted(unsupported.items()) if u},
       "per_seed": {n: dict(c.most_common())
                    for n, c in sorted(tally.per_seed.items())},
       "mutation_groups": len(tally.groups),

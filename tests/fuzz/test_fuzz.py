@@ -144,3 +144,42 @@ def test_transform_errors_of_the_program_itself():
   assert not transforms.own_limit(AttributeError(
       "'int' object has no attribute 'spec'"))
   assert not transforms.own_limit(TypeError("unhashable type: 'list'"))
+
+
+class _Original:
+  """An original seed function, called as a loaded program is."""
+
+  def __init__(self, fn, args, kwargs):
+    import jax  # pylint: disable=import-outside-toplevel
+    self.fn = fn
+    self.out_avals = jax.tree_util.tree_leaves(
+        jax.eval_shape(fn, *args, **kwargs))
+
+  def __call__(self, *args, **kwargs):
+    return self.fn(*args, **kwargs)
+
+
+def _transform_outcome(stage, fun, args, kwargs) -> str:
+  try:
+    return transforms.STAGES[stage](fun, args, kwargs) or "ok"
+  except Exception as e:  # pylint: disable=broad-except
+    return type(e).__name__
+
+
+@pytest.mark.parametrize("name", ["mlp", "scan", "while", "pallas",
+                                  "composite", "callbacks", "run_state"])
+def test_seed_transforms_match_the_originals(seed_files, name):
+  """The reference for "the program's own limit": each seed (loaded from
+  its file) traces under grad, vmap and jvp exactly where its original
+  function does, and fails with the same exception type where it does not
+  (a campaign counts a transform the seed cannot do as the program's own)."""
+  import jaxpr_io  # pylint: disable=import-outside-toplevel
+  from tests.fuzz import worker  # pylint: disable=import-outside-toplevel
+  fn, args, kwargs = seeds.SEEDS[name]()
+  prog = jaxpr_io.loads(seed_files[name], check=True)
+  made = worker.make_call_args(prog)
+  assert not isinstance(made, str), made
+  for stage in transforms.STAGES:
+    assert (_transform_outcome(stage, prog, made[0], made[1])
+            == _transform_outcome(stage, _Original(fn, args, kwargs),
+                                  made[0], made[1])), stage

@@ -395,8 +395,12 @@ def _selftest(data: bytes) -> None:
     raise KeyError("selftest")
 
 
-def run_case(data: bytes, report=lambda stage, info: None) -> dict:
-  """Runs the stages on one case; returns the result (see module doc)."""
+def run_case(data: bytes, report=lambda stage, info: None, *,
+             seed_unsupported=(), baseline: bool = False) -> dict:
+  """Runs the stages on one case; returns the result (see module doc).
+  `seed_unsupported`: the transform stages the case's unmutated seed
+  cannot do (an error there is the program's own); `baseline`: the case is
+  an unmutated seed, whose transform errors are recorded, not failures."""
   import jaxpr_io  # pylint: disable=import-outside-toplevel
   FormatError = jaxpr_io.FormatError
   result = {"outcome": None, "warnings": {}}
@@ -495,7 +499,9 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
             result["outcome"] = "call-callback-error"
             result["callback_error"] = str(e)[-300:]
             return result
-          if stage in transforms.STAGES and transforms.own_limit(e):
+          if stage in transforms.STAGES and (
+              baseline or stage in seed_unsupported
+              or transforms.own_limit(e)):
             # The primitive's own limit (no rule for the transform).
             result["transforms"][stage] = "unsupported"
             result.setdefault("transform_unsupported", {})[stage] = (
@@ -567,7 +573,9 @@ def _serve(proto, mem_gib: float) -> None:
     start = time.monotonic()
     try:
       result = run_case(
-          data, lambda stage, info: send(dict(info, id=case_id, stage=stage)))
+          data, lambda stage, info: send(dict(info, id=case_id, stage=stage)),
+          seed_unsupported=tuple(request.get("seed_unsupported", ())),
+          baseline=bool(request.get("baseline")))
     finally:
       faulthandler.cancel_dump_traceback_later()
     result.update(id=case_id, done=True,
