@@ -175,19 +175,25 @@ WIDENED = {
     "implementation": ("none", "enum:EigImplementation"),
     "out_dtype": ("none", "dtype"),
     "update_jaxpr": ("none", "jaxpr"),
-    "ctx_mesh": ("Mesh", "AbstractMesh"),
     "in_shardings": ("tuple/sharding",),
     "out_shardings": ("tuple/sharding",),
-    "in_layouts": ("tuple/none", "tuple/Layout", "tuple/Format",
-                   "tuple/AutoLayout"),
-    "out_layouts": ("tuple/none", "tuple/Layout", "tuple/Format",
-                    "tuple/AutoLayout"),
+    **{name: ("tuple/none", "tuple/Layout", "tuple/Format",
+              "tuple/AutoLayout", "tuple/AutoLayoutSingleton")
+       for name in ("in_layouts", "out_layouts")},
+    "layout": ("none", "Layout", "Format", "AutoLayout",
+               "AutoLayoutSingleton"),
+    # Meshes: concrete, or abstract under explicit sharding.
+    **{name: ("Mesh", "AbstractMesh")
+       for name in ("mesh", "ctx_mesh", "context_mesh")},
+    "logging_record": ("none", "LogRecord"),
+    "vmap_method": ("none", "str"),
     "preferred_element_type": ("none", "dtype"),
     "precision": ("none", "enum:Precision", "tuple/enum:Precision",
                   "enum:DotAlgorithmPreset", "DotAlgorithm"),
     "policy": ("none", "callable"),
     "devices": ("tuple/none", "tuple/sharding", "tuple/Device",
-                "tuple/TransferToMemoryKind"),
+                "tuple/TransferToMemoryKind", "tuple/enum:MemorySpace",
+                "tuple/Layout", "tuple/Format"),
     "srcs": ("tuple/none", "tuple/sharding", "tuple/Device"),
     "compiler_options_kvs": ("tuple/tuple/str", "tuple/tuple/int+",
                              "tuple/tuple/int-", "tuple/tuple/bool",
@@ -209,6 +215,7 @@ WIDENED = {
     "policy": ("*",),
     "compiler_params": ("*",),
     "attributes": ("*",),
+    "static_args": ("*",),   # debug_print's (index, static value) pairs
     "effect": ("DebugEffect", "OrderedDebugEffect"),
 }
 
