@@ -436,7 +436,9 @@ class Tally:
         f"outcome: {v.outcome}",
         extra,
         f"replay: {sys.executable} -m tests.fuzz.worker --once "
-        f"{shlex.quote(base + '.jaxpr')}",
+        f"{shlex.quote(base + '.jaxpr')}" + (
+            f" --seed-unsupported {','.join(v.case.seed_unsupported)}"
+            if v.case.seed_unsupported else ""),
     ]
     if v.stderr.strip():
       lines += ["", "---- worker stderr (tail) ----", v.stderr]

@@ -534,22 +534,27 @@ def _callback_own_error(e: BaseException) -> bool:
 
 
 # ------------------------------------------------------------- the loop
+def _warm_up() -> None:
+  """Imports every primitive family and JAX module a file may name, and
+  compiles once, before the first case: that is not the cost of a case
+  (the memory budget's measure)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from jaxpr_io import families  # pylint: disable=import-outside-toplevel
+  from jaxpr_io.codec import registry  # pylint: disable=import-outside-toplevel
+  jax.block_until_ready(jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((2, 2))))
+  families.load_all()
+  registry.PRIMITIVES.all()
+
+
 def _serve(proto, mem_gib: float) -> None:
   global _PKG_DIR
   import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import jaxpr_io  # pylint: disable=import-outside-toplevel
   from tests.fuzz import hostfns  # pylint: disable=import-outside-toplevel
   _PKG_DIR = os.path.dirname(os.path.abspath(jaxpr_io.__file__))
   hostfns.register()
-  jax.block_until_ready(jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((2, 2))))
-  # Every primitive family and JAX module a file may name, imported before
-  # the first case: importing them is not the cost of a case (the memory
-  # budget's measure).
-  from jaxpr_io import families  # pylint: disable=import-outside-toplevel
-  from jaxpr_io.codec import registry  # pylint: disable=import-outside-toplevel
-  families.load_all()
-  registry.PRIMITIVES.all()
+  _warm_up()
   if mem_gib > 0:
     with open("/proc/self/status") as f:
       vm = next(int(line.split()[1]) * 1024 for line in f
@@ -589,6 +594,10 @@ def main(argv=None) -> int:
   parser.add_argument("--once", metavar="CASE",
                       help="run one case file in this process and print the "
                            "result")
+  parser.add_argument("--seed-unsupported", default="", metavar="STAGES",
+                      help="with --once: the transforms (grad,vmap,jvp) the "
+                           "case's seed cannot do, as the campaign passes "
+                           "them")
   args = parser.parse_args(argv)
   os.environ.setdefault("JAX_TRACEBACK_FILTERING", "off")
   if args.once:
@@ -597,9 +606,12 @@ def main(argv=None) -> int:
     from tests.fuzz import hostfns  # pylint: disable=import-outside-toplevel
     _PKG_DIR = os.path.dirname(os.path.abspath(jaxpr_io.__file__))
     hostfns.register()
+    _warm_up()
     with open(args.once, "rb") as f:
       result = run_case(f.read(), lambda stage, info: print(
-          f"-- stage {stage} {info or ''}", file=sys.stderr))
+          f"-- stage {stage} {info or ''}", file=sys.stderr),
+                        seed_unsupported=tuple(
+                            s for s in args.seed_unsupported.split(",") if s))
     failure = result.pop("failure", None)
     print(json.dumps(result, indent=1))
     if failure:
