@@ -217,6 +217,10 @@ WIDENED = {
     "attributes": ("*",),
     "static_args": ("*",),   # debug_print's (index, static value) pairs
     "effect": ("DebugEffect", "OrderedDebugEffect"),
+    # Sets: a shard_map's manual axis names, a sharding constraint's
+    # unconstrained dimensions (traces of defaults hold empty ones).
+    "newly_manual_axes": ("frozenset", "frozenset/str"),
+    "unconstrained_dims": ("frozenset", "frozenset/int+"),
 }
 
 

@@ -9,7 +9,9 @@ placeholder), `primitive`, `type`, `callable`, `array`, `enum:<class>`, and
 otherwise the qualified name of the value's class (records: `Mesh`,
 `GatherDimensionNumbers`, ...). A tuple has the kinds of its items, each
 prefixed with `tuple/`; an empty one is just `tuple`. A tuple nested
-`MAX_DEPTH` deep is `tuple/*` whatever it holds.
+`MAX_DEPTH` deep is `tuple/*` whatever it holds. A frozenset (axis names,
+dimensions) has the kinds of its items prefixed with `frozenset/`; an empty
+one is just `frozenset`.
 
 Kinds are coarse where JAX's own classes are interchangeable in a param
 (every sharding class, every dtype class) and exact elsewhere, so a value of
@@ -46,7 +48,7 @@ def _leaf(value) -> str:
     return "bool"
   if t is int:
     return "int-" if value < 0 else "int+"
-  if t in (float, complex, str, bytes, frozenset):
+  if t in (float, complex, str, bytes):
     return t.__name__
   if isinstance(value, np.dtype):
     return "dtype"
@@ -80,7 +82,13 @@ def _leaf(value) -> str:
 
 def kinds_of(value, depth: int = 0) -> frozenset[str]:
   """The kinds of a param value (see the module docstring)."""
-  if type(value) is not tuple:
+  t = type(value)
+  if t is frozenset:
+    # Items of a set are leaves: JAX's sets hold axis names or dimensions.
+    if not value:
+      return frozenset(("frozenset",))
+    return frozenset("frozenset/" + _leaf(item) for item in value)
+  if t is not tuple:
     return frozenset((_leaf(value),))
   if not value:
     return frozenset(("tuple",))

@@ -64,8 +64,9 @@ def releases() -> list[str]:
 @functools.lru_cache(maxsize=4096)
 def kind_allowed(kind: str, allowed: frozenset[str]) -> bool:
   """Whether a value of `kind` fits a param whose values have the kinds
-  `allowed`: listed, or an empty tuple where tuples are listed, or inside a
-  listed `.../*` (a tuple nested deeper than the kinds distinguish)."""
+  `allowed`: listed, or an empty tuple (set) where tuples (sets) are listed,
+  or inside a listed `.../*` (a tuple nested deeper than the kinds
+  distinguish)."""
   if kind in allowed:
     return True
   for a in allowed:
@@ -76,6 +77,8 @@ def kind_allowed(kind: str, allowed: frozenset[str]) -> bool:
     return any(a.startswith(prefix) for a in allowed)
   if set(kind.split("/")) == {"tuple"}:   # an empty tuple, possibly nested
     return any(a.startswith(kind + "/") for a in allowed)
+  if kind == "frozenset":   # an empty set, where sets of items are listed
+    return any(a.startswith("frozenset/") for a in allowed)
   return False
 
 

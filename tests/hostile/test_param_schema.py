@@ -170,3 +170,42 @@ def test_schema_names_only_vocabulary_primitives_and_is_not_empty():
   sharding = table["broadcast_in_dim"].params["sharding"]
   assert "sharding" in sharding and not any(k.startswith("int")
                                             for k in sharding)
+
+
+
+def test_a_set_of_the_wrong_items_is_refused():
+  # Found by the fuzzer (issue 28): a sharding constraint's unconstrained
+  # dimensions holding axis names passed check=True; vmap then compared
+  # them with ints inside JAX. A set's items have kinds, as a tuple's.
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
+  spec = jax.sharding.PartitionSpec(None, jax.sharding.PartitionSpec.UNCONSTRAINED)
+  sharding = jax.sharding.NamedSharding(mesh, spec)
+  x = np.arange(8, dtype=F32).reshape(2, 4)
+  data = jaxpr_io.dumps(jaxpr_io.trace(
+      lambda x: jax.lax.with_sharding_constraint(x * 2, sharding), x))
+  assert jaxpr_io.loads(data).closed_jaxpr.jaxpr.eqns[1].params[
+      "unconstrained_dims"] == frozenset({1})
+
+  def mutate(msg):
+    _, eqn = _first(msg, "sharding_constraint")
+    h.set_value(msg, h.param(msg, eqn, "unconstrained_dims"), frozenset({"x"}))
+  message = _load_error(h.craft(data, mutate))
+  assert "param 'unconstrained_dims' of 'sharding_constraint'" in message
+  assert "frozenset/str" in message
+
+
+def test_an_array_in_axes_is_refused():
+  # JAX binds numpy integer scalars in axes where a caller passed them
+  # (kind int+, as an int); a file that makes one an array is refused.
+  x = np.arange(6, dtype=F32).reshape(2, 3)
+  data = jaxpr_io.dumps(jaxpr_io.trace(
+      lambda x: jax.lax.reduce_sum_p.bind(x, axes=(np.int64(1),),
+                                          out_sharding=None), x))
+  assert jaxpr_io.loads(data, check=True)(x).tolist() == [3.0, 12.0]
+
+  def mutate(msg):
+    (array,) = [a for a in msg.arrays
+                if a.kind == h.pb.HostKind["NUMPY_SCALAR"]]
+    array.kind = h.pb.HostKind["NUMPY_ARRAY"]
+  message = _load_error(h.craft(data, mutate))
+  assert "param 'axes' of 'reduce_sum'" in message and "tuple/array" in message
