@@ -195,6 +195,8 @@ WIDENED = {
                 "tuple/TransferToMemoryKind", "tuple/enum:MemorySpace",
                 "tuple/Layout", "tuple/Format"),
     "srcs": ("tuple/none", "tuple/sharding", "tuple/Device"),
+    # compute_on's XLA options as JSON (dropped from untrusted files).
+    "compiler_options_json": ("none", "str"),
     "compiler_options_kvs": ("tuple/tuple/str", "tuple/tuple/int+",
                              "tuple/tuple/int-", "tuple/tuple/bool",
                              "tuple/tuple/float"),
