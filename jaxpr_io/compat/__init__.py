@@ -101,6 +101,12 @@ _RULES_THAT_CHECK_SUB_JAXPRS = frozenset({"jit", "pjit", "shard_map",
                                           "core_map"})
 
 
+def wrapped_function(value):
+  """The function inside a `linear_util.WrappedFun` (how custom_jvp_call and
+  custom_vjp_call hold their rules), else None."""
+  return value.f if type(value) is lu.WrappedFun else None
+
+
 def check_jaxpr_checks_sub_jaxprs(primitive) -> bool:
   """Whether JAX's check_jaxpr type-checks the sub-jaxprs in the params of
   an equation of `primitive` (JAX 0.10 to 0.12)."""

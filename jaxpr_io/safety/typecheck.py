@@ -10,7 +10,10 @@ types its abstract evaluation ignores. A file can retype a body's input or
 an equation inside a body: the program then passes the checker, prints,
 compiles as stored, and fails when `grad` or `vmap` re-traces the body
 (found by tests/fuzz). Both gaps are closed here, each distinct sub-jaxpr
-checked once, so the cost is at most what check_jaxpr walks already.
+checked once, so the cost is at most what check_jaxpr walks already. The
+stored jaxprs of custom rules (a `custom_jvp` function's JVP rule, a
+`custom_vjp` function's forward and backward rules) are checked too: JAX
+checks them only when `jvp` or `grad` calls the rule.
 """
 
 from __future__ import annotations
@@ -79,12 +82,22 @@ def _check_operands(eqn) -> str | None:
   return None
 
 
-def _sub_jaxprs(value):
+def _sub_jaxprs(value, checked: bool):
+  """(jaxpr, whether check_jaxpr checks it) in a param value: `checked`
+  for jaxprs, False for the stored jaxprs of a custom rule rebuilt from the
+  file (jaxpr_io/families/custom_rules: its `bodies`), which JAX checks
+  only when it calls the rule under a transform."""
   if compat.is_jaxpr(value):
-    yield value
+    yield value, checked
   elif type(value) is tuple:
     for item in value:
-      yield from _sub_jaxprs(item)
+      yield from _sub_jaxprs(item, checked)
+  elif compat.wrapped_function(value) is not None:
+    rule = compat.wrapped_function(value)
+    rule = getattr(rule, "definition", lambda: rule)()   # a ref's target
+    for body in getattr(rule, "bodies", None) or ():
+      if compat.is_jaxpr(body):
+        yield body, False
 
 
 def check_sub_jaxprs(jaxpr) -> None:
@@ -116,6 +129,6 @@ def check_sub_jaxprs(jaxpr) -> None:
         raise FormatError(f"{where}, equation {i} ({name}): {problem}")
       inner = compat.check_jaxpr_checks_sub_jaxprs(eqn.primitive)
       for key, value in eqn.params.items():
-        for sub in _sub_jaxprs(value):
-          stack.append((sub, inner, f"param {key!r} of equation {i} "
-                                     f"({name}) of {where}"))
+        for sub, sub_checked in _sub_jaxprs(value, inner):
+          stack.append((sub, sub_checked, f"param {key!r} of equation {i} "
+                                          f"({name}) of {where}"))

@@ -75,3 +75,29 @@ def test_remat_body_input_retyped_is_refused():
   message = _check_error(data)
   assert "(remat2)" in message or "(checkpoint)" in message
   assert "takes float32[3,3] as its input 1, but is given float32[2,2]" in message
+
+
+def test_retyped_jvp_rule_body_is_refused():
+  # Found by the fuzzer (seed 93, case 273): a shape in a custom_jvp
+  # function's stored JVP rule grown by a dimension passed check=True (JAX
+  # checks a rule only when jvp calls it) and failed grad.
+  @jax.custom_jvp
+  def f(x):
+    return jnp.sin(x)
+
+  @f.defjvp
+  def f_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return jnp.sin(x), jnp.sum(jnp.broadcast_to(jnp.cos(x), (4, 2, 3)),
+                               axis=0) * t
+
+  data = jaxpr_io.dumps(jaxpr_io.trace(f, np.ones((2, 3), F32)))
+  jax.make_jaxpr(jax.grad(lambda x: jnp.sum(jaxpr_io.loads(
+      data, check=True)(x))))(np.ones((2, 3), F32))
+
+  def mutate(msg):
+    (eqn,) = h.eqns(msg, "broadcast_in_dim")
+    h.param(msg, eqn, "shape").ints.items.append(4)
+  message = _check_error(h.craft(data, mutate))
+  assert "param 'jvp_jaxpr_fun' of equation 0 (custom_jvp_call)" in message
+  assert "does not type-check" in message
