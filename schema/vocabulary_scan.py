@@ -195,6 +195,9 @@ WIDENED = {
                 "tuple/TransferToMemoryKind", "tuple/enum:MemorySpace",
                 "tuple/Layout", "tuple/Format"),
     "srcs": ("tuple/none", "tuple/sharding", "tuple/Device"),
+    # xla_metadata_call's derivative metadata: "same", or (key, value)
+    # string pairs as its `xla_metadata` (jaxpr_io/format/vocabulary.py).
+    "ad_metadata": ("str", "tuple/tuple/str"),
     # compute_on's XLA options as JSON (dropped from untrusted files).
     "compiler_options_json": ("none", "str"),
     "compiler_options_kvs": ("tuple/tuple/str", "tuple/tuple/int+",
