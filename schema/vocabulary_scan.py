@@ -222,6 +222,9 @@ WIDENED = {
     "attributes": ("*",),
     "static_args": ("*",),   # debug_print's (index, static value) pairs
     "effect": ("DebugEffect", "OrderedDebugEffect"),
+    # custom_vmap's rule: JAX's, or a loaded one (a program re-dumped after
+    # loading holds jaxpr_io's rule, which the file stores the same way).
+    "rule": ("ClosedRule", "StoredVmapRule"),
     # Sets: a shard_map's manual axis names, a sharding constraint's
     # unconstrained dimensions (traces of defaults hold empty ones).
     "newly_manual_axes": ("frozenset", "frozenset/str"),

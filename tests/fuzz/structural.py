@@ -307,11 +307,16 @@ MUTATIONS = {
 }
 
 
-def apply(msg, rng: random.Random) -> tuple[str, str] | None:
+def apply(msg, rng: random.Random,
+          first: str | None = None) -> tuple[str, str] | None:
   """Applies one structural mutation that `msg` admits: (its name, its
-  description), or None."""
+  description), or None. `first` (a name of `MUTATIONS`) is tried before
+  the others, which follow in random order."""
   names = list(MUTATIONS)
   rng.shuffle(names)
+  if first is not None:
+    names.remove(first)
+    names.insert(0, first)
   for name in names:
     before = msg.SerializeToString(deterministic=True)
     try:
@@ -323,3 +328,13 @@ def apply(msg, rng: random.Random) -> tuple[str, str] | None:
     msg.Clear()
     msg.MergeFromString(before)
   return None
+
+
+def admits(msg, name: str) -> bool:
+  """Whether mutation `name` applies to `msg` (tried on a copy)."""
+  copy = type(msg)()
+  copy.CopyFrom(msg)
+  try:
+    return MUTATIONS[name](copy, random.Random(0)) is not None
+  except (IndexError, ValueError, TypeError):
+    return False
