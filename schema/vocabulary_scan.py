@@ -1,8 +1,10 @@
-"""Lists the vocabulary a JAX release's programs use, for schema/VOCABULARY.md.
+"""Lists the vocabulary a JAX release's programs use, for schema/VOCABULARY.md
+and the param schema (jaxpr_io/format/param_schema.json).
 
     python schema/vocabulary_scan.py OUT.json        # under each release
     python schema/vocabulary_scan.py --markdown A.json B.json ... > NEW.md
     mv NEW.md schema/VOCABULARY.md
+    python schema/vocabulary_scan.py --schema A.json B.json ...  # writes it
 
 The first form traces every CPU harness of JAX's primitive test suite and the
 test programs, maps each equation to the format's vocabulary with the
@@ -52,8 +54,20 @@ def scan(out_path: str) -> None:
   from tests.support import programs  # pylint: disable=g-import-not-at-top
   from tests.support.harness_list import cpu_harnesses  # pylint: disable=g-import-not-at-top
 
+  from jaxpr_io.compat import param_kinds  # pylint: disable=g-import-not-at-top
   table: dict = collections.defaultdict(
       lambda: {"release_name": None, "params": collections.defaultdict(set)})
+  # The param schema: per vocabulary primitive, each param's kinds
+  # (param_kinds.kinds_of) and the params every equation had.
+  schema: dict = collections.defaultdict(
+      lambda: {"kinds": collections.defaultdict(set), "required": None})
+
+  def record(fmt_name, params):
+    kinds = schema[fmt_name]
+    kinds["required"] = (set(params) if kinds["required"] is None
+                         else kinds["required"] & set(params))
+    for key, value in params.items():
+      kinds["kinds"][key].update(param_kinds.kinds_of(value))
 
   def walk(j):
     j = compat.open_jaxpr(j) if compat.is_closed_jaxpr(j) else j
@@ -62,6 +76,7 @@ def scan(out_path: str) -> None:
       fmt_name, params = compat.ADAPTER.to_format(name, eqn.params)
       entry = table[fmt_name]
       entry["release_name"] = name
+      record(fmt_name, params)
       for key, value in params.items():
         entry["params"][key].add(_kind(value, compat))
         for item in value if type(value) is tuple else (value,):
@@ -79,7 +94,12 @@ def scan(out_path: str) -> None:
         walk(closed)
   for fn, args, kwargs in programs.PROGRAMS.values():
     walk(jax.make_jaxpr(fn)(*args, **kwargs))
-  result = {"jax": jax.__version__, "primitives": {
+  for closed in _more_programs(record):
+    walk(closed)
+  result = {"jax": jax.__version__, "schema": {
+      k: {"params": {p: sorted(s) for p, s in v["kinds"].items()},
+          "required": sorted(v["required"] or ())}
+      for k, v in schema.items()}, "primitives": {
       k: {"release_name": v["release_name"],
           "params": {p: sorted(s) for p, s in v["params"].items()}}
       for k, v in table.items()},
@@ -88,6 +108,169 @@ def scan(out_path: str) -> None:
                 for n in registry.PRIMITIVES.all())}
   with open(out_path, "w") as f:
     json.dump(result, f, indent=1, sort_keys=True)
+
+
+def _more_programs(record):
+  """The closed jaxprs of the other programs the tests store: every
+  exchange case, every zoo program, the fuzzer's seeds and the golden files
+  of every format version that this release loads. Files are read with the
+  reader's param schema check replaced by `record`: the schema is what this
+  scan writes, and it must take the params exactly as files of every
+  format version store them (version 1's boolean `inline`, ...)."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jaxpr_io  # pylint: disable=g-import-not-at-top
+  from jaxpr_io.safety import validate  # pylint: disable=g-import-not-at-top
+  from tests.compat.exchange import cases  # pylint: disable=g-import-not-at-top
+  from tests.support import zoo, zoo2  # pylint: disable=g-import-not-at-top
+  validate.check_param_schema = record
+  for name, build in cases.enumerate_cases():
+    try:
+      case = build()
+      yield jax.make_jaxpr(case.fn)(*(case.trace_args or case.args),
+                                    **case.kwargs)
+    except Exception as e:  # pylint: disable=broad-except
+      print(f"scan: case {name} skipped: {type(e).__name__}", file=sys.stderr)
+  for table in (zoo.ZOO, zoo2.ZOO2):
+    for name, make in sorted(table.items()):
+      try:
+        fn, args, kwargs = make()
+        yield jax.make_jaxpr(fn)(*args, **kwargs)
+      except Exception as e:  # pylint: disable=broad-except
+        print(f"scan: zoo {name} skipped: {type(e).__name__}", file=sys.stderr)
+  files = sorted(glob.glob(os.path.join(_ROOT, "tests", "golden", "**",
+                                        "*.jaxpr"), recursive=True))
+  files += sorted(glob.glob(os.path.join(_ROOT, "tests", "compat",
+                                         "cross_release", "*.jaxpr")))
+  for path in files:
+    try:
+      with open(path, "rb") as f:
+        yield jaxpr_io.loads(f.read(), trusted=True).closed_jaxpr
+    except Exception as e:  # pylint: disable=broad-except
+      print(f"scan: {os.path.relpath(path, _ROOT)} skipped: "
+            f"{type(e).__name__}", file=sys.stderr)
+  try:
+    from tests.fuzz import seeds  # pylint: disable=g-import-not-at-top
+    files, _ = seeds.build()
+  except Exception as e:  # pylint: disable=broad-except
+    print(f"scan: fuzz seeds skipped: {type(e).__name__}", file=sys.stderr)
+    files = {}
+  for name, data in sorted(files.items()):
+    yield jaxpr_io.loads(data, trusted=True).closed_jaxpr
+
+
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+# Kinds that traces of JAX's defaults cannot show: param name -> kinds its
+# values may have besides those traced, wherever the param appears. (A
+# `sharding` traced as None holds a NamedSharding under explicit sharding.)
+# Never a plain int, float or str where JAX takes an object.
+WIDENED = {
+    "sharding": ("none", "sharding"),
+    "out_sharding": ("none", "sharding"),
+    "accuracy": ("none", "Tolerance", "enum:AccuracyMode"),
+    "use_magma": ("none", "bool"),
+    "subset_by_index": ("none", "tuple/int+"),
+    "algorithm": ("enum:EighImplementation",),
+    "implementation": ("none", "enum:EigImplementation"),
+    "out_dtype": ("none", "dtype"),
+    "update_jaxpr": ("none", "jaxpr"),
+    "in_shardings": ("tuple/sharding",),
+    "out_shardings": ("tuple/sharding",),
+    **{name: ("tuple/none", "tuple/Layout", "tuple/Format",
+              "tuple/AutoLayout", "tuple/AutoLayoutSingleton")
+       for name in ("in_layouts", "out_layouts")},
+    "layout": ("none", "Layout", "Format", "AutoLayout",
+               "AutoLayoutSingleton"),
+    # Meshes: concrete, or abstract under explicit sharding.
+    **{name: ("Mesh", "AbstractMesh")
+       for name in ("mesh", "ctx_mesh", "context_mesh")},
+    "logging_record": ("none", "LogRecord"),
+    "vmap_method": ("none", "str"),
+    "preferred_element_type": ("none", "dtype"),
+    "precision": ("none", "enum:Precision", "tuple/enum:Precision",
+                  "enum:DotAlgorithmPreset", "DotAlgorithm"),
+    "policy": ("none", "callable"),
+    "devices": ("tuple/none", "tuple/sharding", "tuple/Device",
+                "tuple/TransferToMemoryKind", "tuple/enum:MemorySpace",
+                "tuple/Layout", "tuple/Format"),
+    "srcs": ("tuple/none", "tuple/sharding", "tuple/Device"),
+    # xla_metadata_call's derivative metadata: "same", or (key, value)
+    # string pairs as its `xla_metadata` (jaxpr_io/format/vocabulary.py).
+    "ad_metadata": ("str", "tuple/tuple/str"),
+    # compute_on's XLA options as JSON (dropped from untrusted files).
+    "compiler_options_json": ("none", "str"),
+    "compiler_options_kvs": ("tuple/tuple/str", "tuple/tuple/int+",
+                             "tuple/tuple/int-", "tuple/tuple/bool",
+                             "tuple/tuple/float"),
+    "fill_value": ("none", "bool", "int+", "int-", "float"),
+    # Negative padding crops (lax.pad, convolutions, windows).
+    "padding": ("tuple/tuple/int+", "tuple/tuple/int-"),
+    "padding_config": ("tuple/tuple/int+", "tuple/tuple/int-",
+                       "tuple/tuple/dim"),
+    # Sizes may be symbolic dimensions in shape-polymorphic programs.
+    **{name: ("tuple/int+", "tuple/dim") for name in (
+        "shape", "new_sizes", "slice_sizes", "sizes", "start_indices",
+        "limit_indices", "fft_lengths", "window_dimensions")},
+    "length": ("int+", "dim"),
+    # Objects of classes that users, libraries or Pallas backends define
+    # (a hi primitive, a remat policy, a kernel's compiler params, a
+    # composite's attributes), which their families check: any kind.
+    "_prim": ("*",),
+    "policy": ("*",),
+    "compiler_params": ("*",),
+    "attributes": ("*",),
+    "static_args": ("*",),   # debug_print's (index, static value) pairs
+    "effect": ("DebugEffect", "OrderedDebugEffect"),
+    # custom_vmap's rule: JAX's, or a loaded one (a program re-dumped after
+    # loading holds jaxpr_io's rule, which the file stores the same way).
+    "rule": ("ClosedRule", "StoredVmapRule"),
+    # Sets: a shard_map's manual axis names, a sharding constraint's
+    # unconstrained dimensions (traces of defaults hold empty ones).
+    "newly_manual_axes": ("frozenset", "frozenset/str"),
+    "unconstrained_dims": ("frozenset", "frozenset/int+"),
+}
+
+
+
+# Primitives left out of the schema: those of libraries (`equinox.*`,
+# `lineax.*`: their params are the library's, versioned with it and checked
+# by their codecs, jaxpr_io/families/libraries/) and JAX's kernel
+# primitives with names of their own, which no scan holds.
+def _in_schema(name: str, vocabulary: set) -> bool:
+  return name in vocabulary and "." not in name
+
+
+def write_schema(paths, out_path: str) -> None:
+  """Merges the releases' scans into jaxpr_io/format/param_schema.json."""
+  releases = [json.load(open(p)) for p in paths]
+  vocabulary = set().union(*(r["all_primitives"] for r in releases))
+  merged: dict = {}
+  for r in releases:
+    for name, entry in r["schema"].items():
+      if not _in_schema(name, vocabulary):
+        continue
+      m = merged.setdefault(name, {"params": collections.defaultdict(set),
+                                   "required": None})
+      for p, kinds in entry["params"].items():
+        m["params"][p].update(kinds)
+      req = set(entry["required"])
+      m["required"] = req if m["required"] is None else m["required"] & req
+  for m in merged.values():
+    for p, kinds in m["params"].items():
+      kinds.update(WIDENED.get(p, ()))
+  data = {
+      "comment": "Generated by schema/vocabulary_scan.py --schema; see "
+                 "jaxpr_io/format/param_schema.py. Do not edit by hand.",
+      "releases": [r["jax"] for r in releases],
+      "primitives": {
+          name: {"params": {p: sorted(k) for p, k in sorted(
+              m["params"].items())},
+                 "required": sorted(m["required"] or ())}
+          for name, m in sorted(merged.items())}}
+  with open(out_path, "w") as f:
+    json.dump(data, f, indent=1, sort_keys=True)
+    f.write("\n")
 
 
 def _format_version() -> int:
@@ -236,5 +419,8 @@ Kernel primitives that JAX 0.12 renamed keep their earlier names in files:
 if __name__ == "__main__":
   if sys.argv[1] == "--markdown":
     sys.stdout.write(markdown(sys.argv[2:]))
+  elif sys.argv[1] == "--schema":
+    write_schema(sys.argv[2:], os.path.join(
+        _ROOT, "jaxpr_io", "format", "param_schema.json"))
   else:
     scan(sys.argv[1])

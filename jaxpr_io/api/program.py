@@ -20,6 +20,7 @@ from jaxpr_io.pytree import static
 from jaxpr_io.pytree import calls as tree_calls
 from jaxpr_io.safety import costs
 from jaxpr_io.safety import validate
+from jaxpr_io.safety import typecheck
 from jaxpr_io.compat import hi_mutable as compat_hi_mutable
 from jaxpr_io.compat import polyfills as compat_polyfills
 from jaxpr_io.compat import symbolic
@@ -453,6 +454,8 @@ def _check(program: Program, source: str) -> None:
     raise FormatError(f"{source}: the program cannot be called: {e}") from None
   steps = (
       ("does not type-check", lambda: compat.check_jaxpr(closed.jaxpr)),
+      ("does not type-check",
+       lambda: typecheck.check_sub_jaxprs(closed.jaxpr)),
       ("does not type-check", lambda: validate.check_shapes(closed.jaxpr)),
       ("cannot run here", lambda: validate.check_backend_dtypes(
           closed.jaxpr, jax.default_backend())),

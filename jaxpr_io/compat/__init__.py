@@ -91,6 +91,27 @@ MemorySpace = core.MemorySpace
 ManualAxisType = core.ManualAxisType
 empty_manual_axis_type = core.empty_mat
 check_jaxpr = core.check_jaxpr
+typecompat = core.typecompat
+# Primitives with a typing rule of their own that checks their sub-jaxprs
+# (through `core._check_call` or `check_jaxpr`); a primitive without a rule
+# of its own has them checked by `check_jaxpr` too (`check_eqn`). The other
+# rules (scan, while, cond, custom_jvp_call, custom_vjp_call, pallas_call,
+# closed_call, ...) look at their sub-jaxprs' input and output types only.
+_RULES_THAT_CHECK_SUB_JAXPRS = frozenset({"jit", "pjit", "shard_map",
+                                          "core_map"})
+
+
+def wrapped_function(value):
+  """The function inside a `linear_util.WrappedFun` (how custom_jvp_call and
+  custom_vjp_call hold their rules), else None."""
+  return value.f if type(value) is lu.WrappedFun else None
+
+
+def check_jaxpr_checks_sub_jaxprs(primitive) -> bool:
+  """Whether JAX's check_jaxpr type-checks the sub-jaxprs in the params of
+  an equation of `primitive` (JAX 0.10 to 0.12)."""
+  return (primitive not in core.custom_typechecks
+          or primitive.name in _RULES_THAT_CHECK_SUB_JAXPRS)
 definitely_equal = core.definitely_equal
 jaxpr_as_fun = core.jaxpr_as_fun
 no_effects = core.no_effects

@@ -149,6 +149,7 @@ def resolve_kind(reader, k: int) -> Kind:
     values = screen(release_name, values, scratch)
     drops = tuple(scratch.dropped)
   validate.check_equation(name, prim, n_in, n_out, values)
+  validate.check_param_schema(name, reader.param_set(param_set, name)[0])
   weight = 1 + n_in + n_out + sum(reader.sizes[j] for j in refs)
   kind = reader.kinds[k] = Kind(prim, values, n_in, n_out, refs, weight, drops)
   return kind

@@ -20,7 +20,9 @@ import numpy as np
 from jaxpr_io import compat
 from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.compat import callbacks as compat_callbacks
+from jaxpr_io.compat import param_kinds
 from jaxpr_io.compat import pytrees as compat_pytrees
+from jaxpr_io.format import param_schema
 from jaxpr_io.errors import FormatError
 
 # Exceptions that malformed input can provoke inside JAX's constructors or
@@ -282,6 +284,38 @@ def check_param_values(values: dict) -> None:
     if key in values and not ok(values[key]):
       raise FormatError(f"param {key!r} must be {expected}, got "
                         f"{values[key]!r:.80}")
+
+
+def check_param_schema(name: str, values: dict) -> None:
+  """Raises FormatError if the params of an equation of the vocabulary's
+  primitive `name` do not fit its declared schema
+  (jaxpr_io/format/param_schema.py): a param it never has, a required one
+  missing, or a value of a kind the param never holds. A primitive without
+  a schema entry is not checked here."""
+  schema = param_schema.table().get(name)
+  if schema is None:
+    return
+  declared = schema.params
+  for key, value in values.items():
+    allowed = declared.get(key)
+    if allowed is None:
+      known = ", ".join(sorted(declared)) or "none"
+      raise FormatError(
+          f"param {key!r} is not a param of {name!r} (its params: {known}); "
+          "the file was damaged or not written by jaxpr_io: re-dump the "
+          "program")
+    for kind in param_kinds.kinds_of(value):
+      if not param_schema.kind_allowed(kind, allowed):
+        raise FormatError(
+            f"param {key!r} of {name!r} holds a value of kind {kind} "
+            f"({value!r:.60}), but {name!r} takes "
+            f"{param_schema.describe(allowed)} there; the file was damaged "
+            "or not written by jaxpr_io: re-dump the program")
+  missing = schema.required.difference(values)
+  if missing:
+    raise FormatError(f"{name!r} lacks its param(s) "
+                      f"{', '.join(sorted(missing))}; the file was damaged "
+                      "or not written by jaxpr_io: re-dump the program")
 
 
 def check_equation(name: str, primitive: Any, n_in: int, n_out: int,

@@ -18,6 +18,9 @@ def main(argv=None) -> int:
                   "in worker subprocesses.")
   parser.add_argument("--cases", type=int, default=1000)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--first", type=int, default=0, metavar="I",
+                      help="run cases I .. I+cases-1 of the seed: a long "
+                           "campaign in chunks, each its own --out")
   parser.add_argument("--workers", type=int, default=2)
   parser.add_argument("--out", required=True,
                       help="output directory (summary.json, failures)")
@@ -63,7 +66,8 @@ def main(argv=None) -> int:
   command = "python -m tests.fuzz " + " ".join(
       shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
   summary = runner.run_campaign(
-      cases=args.cases, seed=args.seed, workers=args.workers, out=args.out,
+      cases=args.cases, seed=args.seed, first=args.first,
+      workers=args.workers, out=args.out,
       timeout=args.timeout, mem_gib=args.mem_gib, keep=args.keep,
       recycle=args.recycle, seed_cache=args.seed_cache, only_seeds=only,
       max_edits=args.max_edits, progress=not args.quiet, command=command)

@@ -63,6 +63,7 @@ from google.protobuf import descriptor as pb_descriptor
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
+from tests.fuzz import structural
 
 _FD = pb_descriptor.FieldDescriptor
 
@@ -580,16 +581,28 @@ def frame(program: bytes, data: bytes, format_version: int) -> bytes:
 
 
 def make_case(seed_bytes: bytes, rng: random.Random, *, max_edits: int = 3,
-              attempts: int = 20, focus: str | None = None):
+              attempts: int = 20, focus: str | None = None,
+              structural_share: float = 0.0, structural_first=None):
   """(case bytes, edit log, site groups): 1 to `max_edits` edits of the
   seed's Program message, checksums fixed. The first edit is in site group
-  `focus` when the seed has it."""
+  `focus` when the seed has it. With probability `structural_share` the
+  first edit is a structural mutation (tests/fuzz/structural.py; its group
+  is `structural:<name>`; `structural_first` is tried first) and 0 to
+  `max_edits - 1` field edits follow."""
   c = container.Container(seed_bytes)
   data = bytes(c.data)
   for _ in range(attempts):
     msg = pb.Program.FromString(c.program)
     m = Mutator(msg, rng, len(data))
-    for k in range(rng.randint(1, max_edits)):
+    n_edits = rng.randint(1, max_edits)
+    if structural_share and rng.random() < structural_share:
+      done = structural.apply(msg, rng, structural_first)
+      if done is not None:
+        m.groups.append(f"structural:{done[0]}")
+        m.log.append(done[1])
+        n_edits = rng.randint(0, max_edits - 1)
+        focus = None
+    for k in range(n_edits):
       m.mutate_once(focus if k == 0 else None)
     fix_blob_crcs(msg, data)
     try:
@@ -613,6 +626,10 @@ def site_groups(file_bytes: bytes) -> set:
   return {site.group for site in _Index(msg).sites}
 
 
+# The share of cases whose first edit is a structural mutation.
+STRUCTURAL_SHARE = 0.3
+
+
 class CaseFactory:
   """Case `i` of a campaign: its seed program and bytes, from
   `case_rng(seed, i)` alone.
@@ -621,20 +638,42 @@ class CaseFactory:
   it; the other half pick a site group uniformly among those of all seeds,
   then a seed that has it. So a group only a few seeds have (`Dim.expr`,
   `Blob.offset`, `Program.symbolic_constraints`, `KeyValue`) is edited
-  about as often as one every seed has.
+  about as often as one every seed has. A share `structural_share` of the
+  cases start with a structural mutation, picked uniformly, on a seed that
+  admits it (so each is made about as often).
   """
 
-  def __init__(self, files: dict, seed: int, max_edits: int = 3):
+  def __init__(self, files: dict, seed: int, max_edits: int = 3,
+               structural_share: float = STRUCTURAL_SHARE):
     self.files = files
     self.seed = seed
     self.max_edits = max_edits
+    self.structural_share = structural_share
     self.names = sorted(files)
     self.groups = {n: site_groups(files[n]) for n in self.names}
     self.all_groups = sorted(set().union(*self.groups.values()))
+    # {structural mutation: the seeds that admit it}, those admitted.
+    programs = {n: pb.Program.FromString(container.Container(files[n]).program)
+                for n in self.names} if structural_share else {}
+    self.admitted = {}
+    for mutation in structural.MUTATIONS:
+      takers = [n for n in self.names if programs
+                and structural.admits(programs[n], mutation)]
+      if takers:
+        self.admitted[mutation] = takers
 
   def make(self, i: int):
     """(seed name, case bytes, edit log, site groups)."""
     rng = case_rng(self.seed, i)
+    if rng.random() < self.structural_share:
+      # A structural case picks its mutation uniformly, then a seed that
+      # admits it: `print-options` admits only the few seeds that print.
+      first = rng.choice(sorted(self.admitted))
+      name = rng.choice(self.admitted[first])
+      data, edits, groups = make_case(
+          self.files[name], rng, max_edits=self.max_edits,
+          structural_share=1.0, structural_first=first)
+      return name, data, edits, groups
     focus = None
     if rng.random() < 0.5:
       focus = rng.choice(self.all_groups)

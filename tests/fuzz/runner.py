@@ -58,6 +58,9 @@ class Case:
   data: bytes
   edits: list
   groups: list
+  # Transform stages the seed itself cannot do; a seed's own case: None
+  # (a baseline run, which records them).
+  seed_unsupported: tuple | None = ()
 
 
 @dataclasses.dataclass
@@ -135,7 +138,10 @@ class Worker:
     self.stage_info = {}
     self.deadline = time.monotonic() + timeout
     line = json.dumps({"id": case.id, "path": self.case_path,
-                       "timeout": timeout}) + "\n"
+                       "timeout": timeout,
+                       "baseline": case.seed_unsupported is None,
+                       "seed_unsupported": list(
+                           case.seed_unsupported or ())}) + "\n"
     self.proc.stdin.write(line.encode())
     self.proc.stdin.flush()
 
@@ -408,6 +414,9 @@ class Tally:
     self.group_outcomes = collections.defaultdict(collections.Counter)
     self.clusters: dict[tuple, dict] = {}
     self.kept = collections.Counter()
+    self.transforms = collections.Counter()
+    self.unsupported = collections.Counter()
+    self.memory_peak = {}   # stage -> (largest share of the budget, case)
     self.done = 0
 
   def cluster_key(self, f: dict) -> tuple:
@@ -427,7 +436,9 @@ class Tally:
         f"outcome: {v.outcome}",
         extra,
         f"replay: {sys.executable} -m tests.fuzz.worker --once "
-        f"{shlex.quote(base + '.jaxpr')}",
+        f"{shlex.quote(base + '.jaxpr')}" + (
+            f" --seed-unsupported {','.join(v.case.seed_unsupported)}"
+            if v.case.seed_unsupported else ""),
     ]
     if v.stderr.strip():
       lines += ["", "---- worker stderr (tail) ----", v.stderr]
@@ -445,6 +456,20 @@ class Tally:
     r = v.result or {}
     for name, n in (r.get("warnings") or {}).items():
       self.warnings[name] += n
+    for stage, status in (r.get("transforms") or {}).items():
+      self.transforms[f"{stage}: {status}"] += 1
+    for stage, why in (r.get("transform_unsupported") or {}).items():
+      self.unsupported[f"{stage}: {_normalize(why)}"] += 1
+      if self.kept["transform-unsupported"] < 20:
+        self.kept["transform-unsupported"] += 1
+        self._save("_info/transform-unsupported", v, f"{stage}: {why}")
+    memory = r.get("memory") or {}
+    for stage in ("load", "check"):
+      grown = memory.get(stage)
+      if grown is not None and memory.get("budget"):
+        share = grown / memory["budget"]
+        if share > self.memory_peak.get(stage, (0.0, None))[0]:
+          self.memory_peak[stage] = (share, v.case.id)
     if v.outcome == "call-skipped":
       self.skips[r.get("skip_reason", "?")] += 1
     if v.outcome.startswith("rejected-"):
@@ -532,7 +557,8 @@ def _progress_line(t: Tally, total: int, start: float) -> str:
           "rejected")
 
 
-def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
+def run_campaign(*, cases: int, seed: int = 0, first: int = 0,
+                 workers: int = 2,
                  out: str, timeout: float = 20.0, mem_gib: float = 4.0,
                  keep: int = 1000, recycle: int = 400,
                  seed_cache: str | None = None, only_seeds=None,
@@ -565,7 +591,8 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
     # The seeds themselves must pass every stage.
     baseline = {}
     campaign.run(
-        (Case(f"seed-{n}", n, d, [], []) for n, d in sorted(files.items())),
+        (Case(f"seed-{n}", n, d, [], [], None)
+         for n, d in sorted(files.items())),
         lambda v: baseline.__setitem__(v.case.seed_name, v))
     for name, v in sorted(baseline.items()):
       if v.outcome not in ("accepted", "call-skipped"):
@@ -584,10 +611,21 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
         f"timeout {timeout:g}s")
 
     factory = mutate.CaseFactory(files, seed, max_edits)
+    # The transforms each seed cannot do (its primitives have no rule, as
+    # the original function's have none): errors there are the program's.
+    unsupported = {
+        name: tuple(sorted(stage for stage, status in (
+            (v.result or {}).get("transforms") or {}).items()
+                           if status == "unsupported"))
+        for name, v in baseline.items()}
+    say("fuzz: transforms the seeds cannot do: " + ", ".join(
+        f"{n} {'/'.join(u)}" for n, u in sorted(unsupported.items()) if u))
 
     def generate():
-      for i in range(cases):
-        yield Case(str(i), *factory.make(i))
+      for i in range(first, first + cases):
+        name, data, edits, groups = factory.make(i)
+        yield Case(str(i), name, data, edits, groups,
+                   unsupported.get(name, ()))
 
     start = time.monotonic()
     last = [start]
@@ -611,7 +649,8 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
       "command": command,
       "jax": jax.__version__,
       "python": platform.python_version(),
-      "seed": seed, "cases": tally.done, "cases_requested": cases,
+      "seed": seed, "first_case": first, "cases": tally.done,
+      "cases_requested": cases,
       "interrupted": interrupted,
       "workers": workers, "timeout_s": timeout, "mem_gib": mem_gib,
       "elapsed_s": round(elapsed, 1),
@@ -622,10 +661,23 @@ def run_campaign(*, cases: int, seed: int = 0, workers: int = 2,
       "call_skipped": dict(tally.skips.most_common()),
       "rejections": dict(tally.rejections.most_common(60)),
       "info": dict(tally.info),
+      # Per transform stage: ok, skipped (why), unsupported (the program's
+      # own: a primitive without the rule), over the accepted programs.
+      "transforms": dict(sorted(tally.transforms.items())),
+      "transform_unsupported": dict(tally.unsupported.most_common(30)),
+      # The largest resident-memory growth of a case's load and check, as
+      # a share of the budget (16x the file + 64 MiB), and that case.
+      "memory_peak_share": {k: [round(v[0], 4), v[1]] for k, v in
+                            sorted(tally.memory_peak.items())},
+      "structural": {g[len("structural:"):]: dict(c.most_common())
+                     for g, c in sorted(tally.group_outcomes.items())
+                     if g.startswith("structural:")},
       "warnings": dict(tally.warnings.most_common()),
       "worker_restarts": dict(campaign.restarts),
       "seeds": {n: len(d) for n, d in sorted(files.items())},
       "seeds_dropped": dropped,
+      "seed_transforms_unsupported": {n: list(u) for n, u in
+                                      sorted(unsupported.items()) if u},
       "per_seed": {n: dict(c.most_common())
                    for n, c in sorted(tally.per_seed.items())},
       "mutation_groups": len(tally.groups),
@@ -662,6 +714,16 @@ def format_summary(s: dict, top: int = 20) -> str:
     lines.append("seeds dropped: " + "; ".join(
         f"{k}: {v}" for k, v in s["seeds_dropped"].items()))
   lines.append(f"mutation site groups hit: {s['mutation_groups']}")
+  for name, outcomes in s.get("structural", {}).items():
+    lines.append(f"structural {name}: " + ", ".join(
+        f"{k} {v}" for k, v in outcomes.items()))
+  if s.get("transforms"):
+    lines.append("transforms: " + ", ".join(
+        f"{k} {v}" for k, v in s["transforms"].items()))
+  if s.get("memory_peak_share"):
+    lines.append("largest memory growth / budget: " + ", ".join(
+        f"{k} {v[0]:.3f} (case {v[1]})"
+        for k, v in s["memory_peak_share"].items()))
   lines.append(f"FAILURES: {s['failure_count']}" + (
       " (" + ", ".join(f"{k} {v}" for k, v in s["failures"].items()) + ")"
       if s["failures"] else ""))

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import zlib
 
+import numpy as np
 import pytest
 
 import tests.fuzz  # noqa: F401  (XLA_FLAGS before JAX; conftest does too)
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
-from tests.fuzz import mutate, runner, seeds
+from tests.fuzz import mutate, runner, seeds, structural, transforms
 
 # Release-independent: CI runs it under one release (docs/testing.md).
 pytestmark = pytest.mark.once
@@ -64,6 +65,12 @@ def test_fuzz_sample(tmp_path):
   assert summary["cases"] == _CASES, report
   assert not summary["seeds_dropped"], report
   assert summary["failure_count"] == 0, report
+  # Accepted programs were traced under grad, vmap and jvp, and the
+  # structural mutations were all made.
+  for stage in ("grad", "vmap", "jvp"):
+    assert summary["transforms"].get(f"{stage}: ok", 0) > 0, report
+  assert set(summary["structural"]) == set(structural.MUTATIONS), report
+  assert set(summary["memory_peak_share"]) == {"load", "check"}, report
 
 
 def test_harness_classifies_crashes(tmp_path, monkeypatch):
@@ -71,7 +78,8 @@ def test_harness_classifies_crashes(tmp_path, monkeypatch):
   runs out of memory or raises is a failure of the right class, the worker
   is replaced, and the next case still runs."""
   monkeypatch.setenv("JAXPR_IO_FUZZ_SELFTEST", "1")
-  whats = ["abort", "segv", "hang", "exit", "memory", "exception", "ok"]
+  whats = ["abort", "segv", "hang", "exit", "memory", "exception", "budget",
+           "ok"]
   cases = [runner.Case(w, w, f"SELFTEST:{w}".encode(), [], [])
            for w in whats]
   verdicts = {}
@@ -90,7 +98,88 @@ def test_harness_classifies_crashes(tmp_path, monkeypatch):
       "exit": ("failure", "worker-exit-load", "exit 3"),
       "memory": ("failure", "memory-load", "MemoryError"),
       "exception": ("failure", "load-exception", "KeyError"),
+      "budget": ("failure", "memory-budget-load", "over the memory budget"),
       "ok": ("rejected-load", None, None),   # not a jaxpr_io file
   }, got
   assert "tests/fuzz/worker.py" in verdicts["hang"].stderr  # the stack dump
   assert "_selftest" in verdicts["abort"].stderr
+
+
+def test_structural_mutations(seed_files):
+  """Each structural mutation applies to some seed, deterministically, and
+  makes a well-framed file that differs from the seed."""
+  made = {}
+  for name, fn in structural.MUTATIONS.items():
+    for seed_name in sorted(seed_files):
+      data = seed_files[seed_name]
+      c = container.Container(data)
+      results = []
+      for _ in range(2):
+        msg = pb.Program.FromString(c.program)
+        what = fn(msg, mutate.case_rng(_SEED, 0))
+        results.append((what, msg.SerializeToString(deterministic=True)))
+      assert results[0] == results[1], (name, seed_name)
+      if results[0][0] is not None:
+        assert results[0][1] != c.program
+        made[name] = seed_name
+        break
+  assert set(made) == set(structural.MUTATIONS), made
+
+
+def _no_batching_rule():
+  import jax  # pylint: disable=import-outside-toplevel
+  from jaxpr_io import compat  # pylint: disable=import-outside-toplevel
+  p = compat.Primitive("fuzz_test_unbatchable")
+  p.def_impl(lambda x: x)
+  p.def_abstract_eval(lambda x: x)
+  with pytest.raises(Exception) as info:
+    jax.make_jaxpr(jax.vmap(p.bind))(np.ones((2, 3), np.float32))
+  return info.value
+
+
+def test_transform_errors_of_the_program_itself():
+  """A primitive without a rule for a transform is the program's own limit;
+  any other error after check=True is a failure."""
+  assert transforms.own_limit(_no_batching_rule())
+  assert not transforms.own_limit(AttributeError(
+      "'int' object has no attribute 'spec'"))
+  assert not transforms.own_limit(TypeError("unhashable type: 'list'"))
+
+
+class _Original:
+  """An original seed function, called as a loaded program is."""
+
+  def __init__(self, fn, args, kwargs):
+    import jax  # pylint: disable=import-outside-toplevel
+    self.fn = fn
+    self.out_avals = jax.tree_util.tree_leaves(
+        jax.eval_shape(fn, *args, **kwargs))
+
+  def __call__(self, *args, **kwargs):
+    return self.fn(*args, **kwargs)
+
+
+def _transform_outcome(stage, fun, args, kwargs) -> str:
+  try:
+    return transforms.STAGES[stage](fun, args, kwargs) or "ok"
+  except Exception as e:  # pylint: disable=broad-except
+    return type(e).__name__
+
+
+@pytest.mark.parametrize("name", ["mlp", "scan", "while", "pallas",
+                                  "composite", "callbacks", "run_state"])
+def test_seed_transforms_match_the_originals(seed_files, name):
+  """The reference for "the program's own limit": each seed (loaded from
+  its file) traces under grad, vmap and jvp exactly where its original
+  function does, and fails with the same exception type where it does not
+  (a campaign counts a transform the seed cannot do as the program's own)."""
+  import jaxpr_io  # pylint: disable=import-outside-toplevel
+  from tests.fuzz import worker  # pylint: disable=import-outside-toplevel
+  fn, args, kwargs = seeds.SEEDS[name]()
+  prog = jaxpr_io.loads(seed_files[name], check=True)
+  made = worker.make_call_args(prog)
+  assert not isinstance(made, str), made
+  for stage in transforms.STAGES:
+    assert (_transform_outcome(stage, prog, made[0], made[1])
+            == _transform_outcome(stage, _Original(fn, args, kwargs),
+                                  made[0], made[1])), stage

@@ -22,6 +22,11 @@ Stages of one case (`run_case`):
   call    `jax.jit(prog)(*args, **kwargs)` on ones (zeros for keys) of the
           input avals (under `checkify.checkify` for a program with
           checks), then `jax.block_until_ready`
+  grad, vmap, jvp
+          `jax.make_jaxpr` of each transform of the program, on the call's
+          inputs (tests/fuzz/transforms.py); an error that says a
+          primitive has no rule for the transform is the program's own
+          (`transforms` in the result: "unsupported"), not a failure
 
 In `load` and `check`, any exception but `FormatError` is a failure
 (`load-exception`, `check-exception`); after a passed check, any exception
@@ -48,6 +53,8 @@ import sys
 import time
 import traceback
 import warnings
+
+from tests.fuzz import transforms
 
 _MAX_AVAL_BYTES = 64 << 20
 _PKG_DIR = None   # jaxpr_io's directory, set on import of jaxpr_io
@@ -265,19 +272,18 @@ def make_call_args(prog):
   return tuple(tree[0]), dict(tree[1]), mesh
 
 
-def call(prog):
-  """Runs the first call; returns None, or why it was skipped."""
-  import contextlib  # pylint: disable=import-outside-toplevel
+def call(prog, made_args: dict | None = None):
+  """Runs the first call; returns None, or why it was skipped. Puts the
+  inputs it made (`args`, `kwargs`, `mesh`) in `made_args`."""
   import jax  # pylint: disable=import-outside-toplevel
   from jaxpr_io.families import checkify as checks  # pylint: disable=import-outside-toplevel
   made = make_call_args(prog)
   if isinstance(made, str):
     return made
   args, kwargs, mesh = made
-  ctx = contextlib.nullcontext()
-  if mesh is not None:
-    setter = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
-    ctx = setter(mesh)
+  if made_args is not None:
+    made_args.update(args=args, kwargs=kwargs, mesh=mesh)
+  ctx = mesh_context(mesh)
   fun = prog
   if checks.has_checks(prog.closed_jaxpr.jaxpr):
     # A program with checkify checks is called functionalized, as
@@ -287,6 +293,79 @@ def call(prog):
     out = jax.jit(fun)(*args, **kwargs)
     jax.block_until_ready(out)
   return None
+
+
+def mesh_context(mesh):
+  """The context a call of a program with inputs on `mesh` runs in."""
+  import contextlib  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  if mesh is None:
+    return contextlib.nullcontext()
+  setter = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh
+  return setter(mesh)
+
+
+def run_transform(prog, stage: str, made_args: dict) -> str | None:
+  """Traces transform `stage` of the program (tests/fuzz/transforms.py) on
+  the inputs its call was made with; returns why it was skipped, or None."""
+  with mesh_context(made_args.get("mesh")):
+    return transforms.STAGES[stage](prog, made_args["args"],
+                                    made_args["kwargs"])
+
+
+# ------------------------------------------------------------- memory
+_BUDGET_SLACK = 64 << 20
+
+
+def memory_budget(data: bytes) -> int:
+  """The documented budget of an untrusted load (docs/trust.md): 16 times
+  the file's size plus 64 MiB."""
+  return 16 * len(data) + _BUDGET_SLACK
+
+
+def _status_kib(field: str) -> int | None:
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith(field + ":"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return None
+
+
+class Peak:
+  """The peak resident memory a block adds (Linux: the high-water mark is
+  reset through /proc/self/clear_refs); `grown` is None where that cannot
+  be measured."""
+
+  def __enter__(self):
+    self.grown = None
+    try:
+      with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+      self.base = _status_kib("VmRSS")
+    except OSError:
+      self.base = None
+    return self
+
+  def __exit__(self, *exc):
+    hwm = _status_kib("VmHWM")
+    if self.base is not None and hwm is not None:
+      self.grown = max(0, hwm - self.base)
+    return False
+
+
+def over_budget(result: dict, stage: str, grown: int, budget: int) -> dict:
+  result["outcome"] = "failure"
+  mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+  result["failure"] = {
+      "cls": f"memory-budget-{stage}", "stage": stage,
+      "type": "over the memory budget",
+      "message": f"{stage} grew the resident memory by {mib(grown)}, over "
+                 f"the budget of {mib(budget)}",
+      "lib_frame": "", "last_frame": "", "traceback": ""}
+  return result
 
 
 # ------------------------------------------------------------- one case
@@ -307,12 +386,21 @@ def _selftest(data: bytes) -> None:
     os._exit(3)  # pylint: disable=protected-access
   if what == "memory":
     bytearray(1 << 40)
+  if what == "budget":
+    # 256 MiB written (so resident), freed before the load goes on: over
+    # the budget of a tiny file, under the address-space limit.
+    filled = b"\x01" * (256 << 20)
+    del filled
   if what == "exception":
     raise KeyError("selftest")
 
 
-def run_case(data: bytes, report=lambda stage, info: None) -> dict:
-  """Runs the stages on one case; returns the result (see module doc)."""
+def run_case(data: bytes, report=lambda stage, info: None, *,
+             seed_unsupported=(), baseline: bool = False) -> dict:
+  """Runs the stages on one case; returns the result (see module doc).
+  `seed_unsupported`: the transform stages the case's unmutated seed
+  cannot do (an error there is the program's own); `baseline`: the case is
+  an unmutated seed, whose transform errors are recorded, not failures."""
   import jaxpr_io  # pylint: disable=import-outside-toplevel
   FormatError = jaxpr_io.FormatError
   result = {"outcome": None, "warnings": {}}
@@ -329,11 +417,14 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
       # ------------------------------------------------ load
       stage = "load"
       report(stage, {})
+      budget = memory_budget(data)
+      result["memory"] = {"budget": budget}
       try:
-        if os.environ.get("JAXPR_IO_FUZZ_SELFTEST"):
-          _selftest(data)
-        prog = jaxpr_io.loads(data)
-        prog.closed_jaxpr  # pylint: disable=pointless-statement
+        with Peak() as peak:
+          if os.environ.get("JAXPR_IO_FUZZ_SELFTEST"):
+            _selftest(data)
+          prog = jaxpr_io.loads(data)
+          prog.closed_jaxpr  # pylint: disable=pointless-statement
         load_ok = True
       except FormatError as e:
         load_ok = False
@@ -342,12 +433,19 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
         return fail("memory-load", e)
       except BaseException as e:  # pylint: disable=broad-except
         return fail("load-exception", e)
+      result["memory"]["load"] = peak.grown
+      if peak.grown is not None and peak.grown > budget:
+        return over_budget(result, stage, peak.grown, budget)
       # ------------------------------------------------ check
       stage = "check"
       report(stage, {})
       try:
-        prog = jaxpr_io.loads(data, check=True)
+        with Peak() as peak:
+          prog = jaxpr_io.loads(data, check=True)
       except FormatError as e:
+        result["memory"]["check"] = peak.grown
+        if peak.grown is not None and peak.grown > budget:
+          return over_budget(result, stage, peak.grown, budget)
         result["outcome"] = "rejected-load" if not load_ok else (
             "rejected-check")
         result["check_error"] = str(e)[:300]
@@ -356,10 +454,15 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
         return fail("memory-check", e)
       except BaseException as e:  # pylint: disable=broad-except
         return fail("check-exception", e)
+      result["memory"]["check"] = peak.grown
+      if peak.grown is not None and peak.grown > budget:
+        return over_budget(result, stage, peak.grown, budget)
       if not load_ok:
         result["check_passed_after_load_rejected"] = True
       # ------------------------------------------------ after the check
-      for stage in ("str", "dumps", "reload", "call"):
+      made_args: dict = {}
+      result["transforms"] = {}
+      for stage in ("str", "dumps", "reload", "call", *transforms.STAGES):
         info = {}
         if stage == "call":
           try:
@@ -379,12 +482,16 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
             again = jaxpr_io.loads(redumped, check=True)
             again.closed_jaxpr  # pylint: disable=pointless-statement
             result["redump_differs"] = jaxpr_io.dumps(again) != redumped
-          else:
-            skipped = call(prog)
+          elif stage == "call":
+            skipped = call(prog, made_args)
             if skipped:
               result["outcome"] = "call-skipped"
               result["skip_reason"] = skipped
               return result
+          else:
+            skipped = run_transform(prog, stage, made_args)
+            result["transforms"][stage] = (
+                f"skipped: {skipped}" if skipped else "ok")
         except MemoryError as e:
           return fail(f"memory-{stage}", e)
         except BaseException as e:  # pylint: disable=broad-except
@@ -392,6 +499,14 @@ def run_case(data: bytes, report=lambda stage, info: None) -> dict:
             result["outcome"] = "call-callback-error"
             result["callback_error"] = str(e)[-300:]
             return result
+          if stage in transforms.STAGES and (
+              baseline or stage in seed_unsupported
+              or transforms.own_limit(e)):
+            # The primitive's own limit (no rule for the transform).
+            result["transforms"][stage] = "unsupported"
+            result.setdefault("transform_unsupported", {})[stage] = (
+                f"{type(e).__name__}: {str(e)[:200]}")
+            continue
           return fail(f"post-check-{stage}", e)
       result["outcome"] = "accepted"
       return result
@@ -419,15 +534,27 @@ def _callback_own_error(e: BaseException) -> bool:
 
 
 # ------------------------------------------------------------- the loop
+def _warm_up() -> None:
+  """Imports every primitive family and JAX module a file may name, and
+  compiles once, before the first case: that is not the cost of a case
+  (the memory budget's measure)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from jaxpr_io import families  # pylint: disable=import-outside-toplevel
+  from jaxpr_io.codec import registry  # pylint: disable=import-outside-toplevel
+  jax.block_until_ready(jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((2, 2))))
+  families.load_all()
+  registry.PRIMITIVES.all()
+
+
 def _serve(proto, mem_gib: float) -> None:
   global _PKG_DIR
   import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import jaxpr_io  # pylint: disable=import-outside-toplevel
   from tests.fuzz import hostfns  # pylint: disable=import-outside-toplevel
   _PKG_DIR = os.path.dirname(os.path.abspath(jaxpr_io.__file__))
   hostfns.register()
-  jax.block_until_ready(jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((2, 2))))
+  _warm_up()
   if mem_gib > 0:
     with open("/proc/self/status") as f:
       vm = next(int(line.split()[1]) * 1024 for line in f
@@ -451,7 +578,9 @@ def _serve(proto, mem_gib: float) -> None:
     start = time.monotonic()
     try:
       result = run_case(
-          data, lambda stage, info: send(dict(info, id=case_id, stage=stage)))
+          data, lambda stage, info: send(dict(info, id=case_id, stage=stage)),
+          seed_unsupported=tuple(request.get("seed_unsupported", ())),
+          baseline=bool(request.get("baseline")))
     finally:
       faulthandler.cancel_dump_traceback_later()
     result.update(id=case_id, done=True,
@@ -465,6 +594,10 @@ def main(argv=None) -> int:
   parser.add_argument("--once", metavar="CASE",
                       help="run one case file in this process and print the "
                            "result")
+  parser.add_argument("--seed-unsupported", default="", metavar="STAGES",
+                      help="with --once: the transforms (grad,vmap,jvp) the "
+                           "case's seed cannot do, as the campaign passes "
+                           "them")
   args = parser.parse_args(argv)
   os.environ.setdefault("JAX_TRACEBACK_FILTERING", "off")
   if args.once:
@@ -473,9 +606,12 @@ def main(argv=None) -> int:
     from tests.fuzz import hostfns  # pylint: disable=import-outside-toplevel
     _PKG_DIR = os.path.dirname(os.path.abspath(jaxpr_io.__file__))
     hostfns.register()
+    _warm_up()
     with open(args.once, "rb") as f:
       result = run_case(f.read(), lambda stage, info: print(
-          f"-- stage {stage} {info or ''}", file=sys.stderr))
+          f"-- stage {stage} {info or ''}", file=sys.stderr),
+                        seed_unsupported=tuple(
+                            s for s in args.seed_unsupported.split(",") if s))
     failure = result.pop("failure", None)
     print(json.dumps(result, indent=1))
     if failure:

@@ -1167,9 +1167,11 @@ def _set_param(primitive: str, name: str, set_value):
 
 
 _CHECK_TRIGGERS = {
-    # JAX's check raises AssertionError (scan's typecheck rule).
-    "scan_length_bool": (control_flow, _set_param(
-        "scan", "length", lambda v: setattr(v, "bool", True))),
+    # JAX's check raises (scan's typecheck rule): a length that is not the
+    # scanned arrays' (a bool there is refused at load, by the param
+    # schema: tests/hostile/test_param_schema.py).
+    "scan_length_wrong": (control_flow, _set_param(
+        "scan", "length", lambda v: setattr(v, "int", v.int + 7))),
     # ValueError from squeeze's shape rule.
     "squeeze_bad_dimensions": (control_flow, _set_param(
         "squeeze", "dimensions",

@@ -156,6 +156,36 @@ def _transformed_ref_problem(kwargs) -> str | None:
   return None
 
 
+def _leaves(tree) -> int | None:
+  return getattr(tree, "num_leaves", None)
+
+
+def _grid_mapping_problem(kwargs) -> str | None:
+  """A grid mapping's index maps take the grid indices and scalar operands
+  that `index_map_tree` describes and `index_map_avals` types, and each
+  block mapping's index map returns what its `index_map_out_tree`
+  describes: Pallas's batching and lowering unflatten one with the other
+  (a file may share a tree node in a treedef so that they disagree)."""
+  avals = kwargs.get("index_map_avals", ())
+  n_tree = _leaves(kwargs.get("index_map_tree"))
+  if type(avals) is not tuple or n_tree != len(avals):
+    return (f"index_map_tree has {n_tree} leaves but index_map_avals "
+            f"{len(avals) if type(avals) is tuple else avals!r:.80}")
+  for i, block in enumerate(kwargs.get("block_mappings", ())):
+    index_map = getattr(block, "index_map_jaxpr", None)
+    if index_map is None:
+      continue
+    if len(index_map.in_avals) != len(avals) or not all(
+        compat.typematch(a, b) for a, b in zip(index_map.in_avals, avals)):
+      return (f"block mapping {i}'s index map takes {index_map.in_avals}, "
+              f"not the grid's index_map_avals {avals}")
+    n_out = _leaves(getattr(block, "index_map_out_tree", None))
+    if n_out is not None and n_out != len(index_map.out_avals):
+      return (f"block mapping {i}'s index_map_out_tree has {n_out} leaves "
+              f"but its index map returns {len(index_map.out_avals)} values")
+  return None
+
+
 def _register_gpu_transforms(gpu_core) -> None:
   """Mosaic GPU's ref transforms (tiling, swizzling, ...; run_scoped's
   `ref_transforms` holds them) and the layouts that name a register layout
@@ -200,7 +230,8 @@ def _register() -> None:
     if cls is not None:
       _record_by_field_name(cls, f"jax.pallas.{attr}")
   _record_by_field_name(core.GridMapping, "jax.pallas.GridMapping",
-                        must_be_none=("get_grid_indices", "local_grid_env"))
+                        must_be_none=("get_grid_indices", "local_grid_env"),
+                        check=_grid_mapping_problem)
   # Mosaic TPU's accumulator memory space (0.11+), a ref's memory space.
   acc = vars(_pallas.get("tpu", core)).get("AccMemorySpace")
   if acc is not None:

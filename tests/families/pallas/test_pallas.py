@@ -171,3 +171,22 @@ def test_operands_must_match_the_block_mappings():
   with pytest.raises(jaxpr_io.FormatError,
                      match=r"pallas_call input 0 has type float32\[8,128\]"):
     jaxpr_io.loads(proto_edit.reframe(msg, data), check=True)
+
+
+def test_index_map_tree_must_fit_the_index_map_avals():
+  # Found by the fuzzer (issue 28): a shared tree node made the grid's
+  # index_map_tree ((i, j), {}) for index maps of one grid index; the file
+  # passed check=True and vmap failed inside Pallas's batching rule.
+  data = jaxpr_io.dumps(jaxpr_io.trace(_blocked_kernel(), X, Y))
+  msg = proto_edit.message(data)
+  nodes = list(msg.tree_nodes)
+  index = next(i for i, t in enumerate(nodes) if len(t.children) == 2
+               and t.children[0].shared
+               and len(nodes[t.children[0].shared - 1].children) == 1)
+  # An earlier node of two leaves (the kernel's operands (x, y)).
+  pair = next(j for j in range(index) if len(nodes[j].children) == 2
+              and not any(c.children or c.shared for c in nodes[j].children))
+  msg.tree_nodes[index].children[0].shared = pair + 1
+  with pytest.raises(jaxpr_io.FormatError,
+                     match="index_map_tree has 2 leaves but index_map_avals 1"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))

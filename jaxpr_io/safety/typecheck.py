@@ -1,0 +1,134 @@
+"""What JAX's type checker leaves unchecked in sub-jaxprs, for `check=True`.
+
+`jax.core.check_jaxpr` type-checks a sub-jaxpr only where the primitive
+holding it has no typing rule of its own (or one that calls the checker):
+the bodies of `scan`, `while`, `cond`, `custom_jvp_call` and
+`custom_vjp_call` are compared with their operands by type at most, never
+checked inside. And a rule-less primitive that calls its jaxpr on its
+operands (`remat2`) is checked inside but not against its operands, whose
+types its abstract evaluation ignores. A file can retype a body's input or
+an equation inside a body: the program then passes the checker, prints,
+compiles as stored, and fails when `grad` or `vmap` re-traces the body
+(found by tests/fuzz). Both gaps are closed here, each distinct sub-jaxpr
+checked once, so the cost is at most what check_jaxpr walks already. The
+stored jaxprs of custom rules (a `custom_jvp` function's JVP rule, a
+`custom_vjp` function's forward and backward rules) are checked too: JAX
+checks them only when `jvp` or `grad` calls the rule.
+"""
+
+from __future__ import annotations
+
+from jaxpr_io import compat
+from jaxpr_io.errors import FormatError
+
+
+def _open(j):
+  return compat.open_jaxpr(j) if compat.is_closed_jaxpr(j) else j
+
+
+def _in_avals(j) -> list:
+  return [v.aval for v in _open(j).invars]
+
+
+def _out_avals(j) -> list:
+  return [v.aval for v in _open(j).outvars]
+
+
+def _calls(param: str):
+  """Primitives that call `params[param]` on all their operands."""
+  def operands(eqn):
+    body = eqn.params.get(param)
+    if body is None:
+      return []
+    return [(param, _in_avals(body), [v.aval for v in eqn.invars])]
+  return operands
+
+
+def _while(eqn):
+  params = eqn.params
+  cond_n, body_n = params["cond_nconsts"], params["body_nconsts"]
+  avals = [v.aval for v in eqn.invars]
+  carry = avals[cond_n + body_n:]
+  body = params["body_jaxpr"]
+  return [("cond_jaxpr", _in_avals(params["cond_jaxpr"]),
+           avals[:cond_n] + carry),
+          ("body_jaxpr", _in_avals(body), avals[cond_n:cond_n + body_n] + carry),
+          ("body_jaxpr's outputs", _out_avals(body), carry)]
+
+
+# Release primitive name -> (eqn -> [(what, the jaxpr's types, the types
+# given)]), for the primitives whose typing rule or abstract evaluation does
+# not compare them.
+_OPERANDS = {
+    "remat2": _calls("jaxpr"),
+    "checkpoint": _calls("jaxpr"),
+    "custom_jvp_call": _calls("call_jaxpr"),
+    "custom_vjp_call": _calls("call_jaxpr"),
+    "while": _while,
+}
+
+
+def _check_operands(eqn) -> str | None:
+  rule = _OPERANDS.get(eqn.primitive.name)
+  if rule is None:
+    return None
+  for what, expected, given in rule(eqn):
+    if len(expected) != len(given):
+      return f"{what} takes {len(expected)} values but is given {len(given)}"
+    for i, (want, got) in enumerate(zip(expected, given)):
+      if not compat.typecompat(want, got):
+        return (f"{what} takes {want.str_short()} as its input {i}, but is "
+                f"given {got.str_short()}")
+  return None
+
+
+def _sub_jaxprs(value, checked: bool):
+  """(jaxpr, whether check_jaxpr checks it) in a param value: `checked`
+  for jaxprs, False for the stored jaxprs of a custom rule rebuilt from the
+  file (jaxpr_io/families/custom_rules: its `bodies`), which JAX checks
+  only when it calls the rule under a transform."""
+  if compat.is_jaxpr(value):
+    yield value, checked
+  elif type(value) is tuple:
+    for item in value:
+      yield from _sub_jaxprs(item, checked)
+  elif compat.wrapped_function(value) is not None:
+    rule = compat.wrapped_function(value)
+    rule = getattr(rule, "definition", lambda: rule)()   # a ref's target
+    for body in getattr(rule, "bodies", None) or ():
+      if compat.is_jaxpr(body):
+        yield body, False
+
+
+def check_sub_jaxprs(jaxpr) -> None:
+  """Raises FormatError if a sub-jaxpr of `jaxpr` (an open jaxpr that JAX's
+  check_jaxpr accepted) does not type-check inside, where check_jaxpr does
+  not look, or does not take the types its equation gives it. Each distinct
+  jaxpr is visited once."""
+  seen: set[int] = set()
+  # (jaxpr, whether check_jaxpr has checked it inside, where); the root was
+  # checked by the caller.
+  stack = [(jaxpr, True, "the program")]
+  while stack:
+    j, checked, where = stack.pop()
+    j = _open(j)
+    if id(j) in seen:
+      continue
+    seen.add(id(j))
+    if not checked:
+      try:
+        compat.check_jaxpr(j)
+      except Exception as e:  # pylint: disable=broad-except
+        # JaxprTypeError, or a shape rule's error on a body no tracer built.
+        raise FormatError(f"{where} does not type-check: "
+                          f"{type(e).__name__}: {e}") from None
+    for i, eqn in enumerate(j.eqns):
+      name = eqn.primitive.name
+      problem = _check_operands(eqn)
+      if problem:
+        raise FormatError(f"{where}, equation {i} ({name}): {problem}")
+      inner = compat.check_jaxpr_checks_sub_jaxprs(eqn.primitive)
+      for key, value in eqn.params.items():
+        for sub, sub_checked in _sub_jaxprs(value, inner):
+          stack.append((sub, sub_checked, f"param {key!r} of equation {i} "
+                                          f"({name}) of {where}"))

@@ -1,0 +1,103 @@
+"""Sub-jaxprs that JAX's type checker does not look into (issue 28's fuzz
+campaign): `check=True` checks them itself (jaxpr_io/safety/typecheck.py).
+Before, each file below passed `check=True`, printed and compiled, and
+then `jax.grad` or `jax.vmap` failed inside JAX when it re-traced the body.
+Files are crafted at the protobuf level from real programs; the unmutated
+programs pass the check and transform (the reference: JAX traced them)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxpr_io
+from jaxpr_io.format import _proto as pb
+from tests import hostile as h
+
+F32 = np.float32
+
+
+def _scan_file() -> bytes:
+  def f(x, n):
+    def body(c, i):
+      return c * i.astype(jnp.float32) + jnp.sin(c), None
+    return jax.lax.scan(body, x, n)[0]
+  return jaxpr_io.dumps(jaxpr_io.trace(f, np.ones(3, F32),
+                                       np.arange(4, dtype=np.int32)))
+
+
+def _remat_file() -> bytes:
+  def f(x, y, z):
+    return jax.checkpoint(lambda a, b: jnp.sin(a) * 2 + jnp.sum(b))(x, y) + z
+  return jaxpr_io.dumps(jaxpr_io.trace(f, np.ones(3, F32),
+                                       np.ones((2, 2), F32),
+                                       np.ones((3, 3), F32)))
+
+
+def _check_error(data: bytes) -> str:
+  jaxpr_io.loads(data)   # a program: only check=True can tell
+  with pytest.raises(jaxpr_io.FormatError) as info:
+    jaxpr_io.loads(data, check=True)
+  return str(info.value)
+
+
+def test_unmutated_programs_check_and_transform():
+  for data in (_scan_file(), _remat_file()):
+    prog = jaxpr_io.loads(data, check=True)
+    args = [np.ones(a.shape, a.dtype) for a in prog.in_avals]
+    jax.make_jaxpr(jax.grad(lambda x, *r: jnp.sum(prog(x, *r))))(*args)
+    jax.make_jaxpr(jax.vmap(prog))(*[np.stack([a, a]) for a in args])
+
+
+def test_retyped_equation_in_a_scan_body_is_refused():
+  # The body's `convert_element_type` made to convert to int32 while its
+  # result stays float32: JAX's scan rule compares only the body's inputs
+  # and outputs with the scan's.
+  def mutate(msg):
+    (eqn,) = h.eqns(msg, "convert_element_type")
+    h.param(msg, eqn, "new_dtype").dtype.dtype = pb.DType["INT32"]
+  message = _check_error(h.craft(_scan_file(), mutate))
+  assert "param 'jaxpr' of equation" in message and "(scan)" in message
+  assert "does not type-check" in message and "i32[]" in message
+
+
+def test_remat_body_input_retyped_is_refused():
+  # The checkpointed body's input b (f32[2,2]) retyped f32[3,3], which its
+  # equations still take (it is only summed): remat's abstract evaluation
+  # ignores its operands' types.
+  def mutate(msg):
+    root = h.root_jaxpr(msg)
+    remat = next(j for j in msg.jaxprs if len(j.invars) == 2)
+    remat.invars[1] = root.invars[2]
+  data = h.craft(_remat_file(), mutate)
+  message = _check_error(data)
+  assert "(remat2)" in message or "(checkpoint)" in message
+  assert "takes float32[3,3] as its input 1, but is given float32[2,2]" in message
+
+
+def test_retyped_jvp_rule_body_is_refused():
+  # Found by the fuzzer (seed 93, case 273): a shape in a custom_jvp
+  # function's stored JVP rule grown by a dimension passed check=True (JAX
+  # checks a rule only when jvp calls it) and failed grad.
+  @jax.custom_jvp
+  def f(x):
+    return jnp.sin(x)
+
+  @f.defjvp
+  def f_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return jnp.sin(x), jnp.sum(jnp.broadcast_to(jnp.cos(x), (4, 2, 3)),
+                               axis=0) * t
+
+  data = jaxpr_io.dumps(jaxpr_io.trace(f, np.ones((2, 3), F32)))
+  jax.make_jaxpr(jax.grad(lambda x: jnp.sum(jaxpr_io.loads(
+      data, check=True)(x))))(np.ones((2, 3), F32))
+
+  def mutate(msg):
+    (eqn,) = h.eqns(msg, "broadcast_in_dim")
+    h.param(msg, eqn, "shape").ints.items.append(4)
+  message = _check_error(h.craft(data, mutate))
+  assert "param 'jvp_jaxpr_fun' of equation 0 (custom_jvp_call)" in message
+  assert "does not type-check" in message
