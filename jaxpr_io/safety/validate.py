@@ -110,6 +110,28 @@ def _while(n_in, n_out, params):
   return None
 
 
+def _scan(n_in, n_out, params):
+  """scan: its body's arity, and constants and carries within its inputs
+  and outputs (JAX's type check splits the lists at num_consts and
+  num_carry without checking that they fit, so a num_carry past the end
+  passes it and fails under grad)."""
+  problem = _call("jaxpr")(n_in, n_out, params)
+  if problem:
+    return problem
+  num_consts, num_carry, linear = (params.get(k) for k in (
+      "num_consts", "num_carry", "linear"))
+  if type(num_consts) is not int or type(num_carry) is not int:
+    return "params num_consts/num_carry are not ints"
+  if (num_consts < 0 or num_carry < 0 or num_consts + num_carry > n_in
+      or num_carry > n_out):
+    return (f"has {n_in} inputs and {n_out} outputs, which do not hold "
+            f"num_consts={num_consts} constants and num_carry={num_carry} "
+            "carries")
+  if type(linear) is tuple and len(linear) != n_in:
+    return f"has {n_in} inputs but param 'linear' has {len(linear)} entries"
+  return None
+
+
 def _flat_callback(n_in, n_out, params):
   """pure_callback / io_callback: the function unflattens its operands with
   its stored in_tree, and returns one value per result aval."""
@@ -240,7 +262,7 @@ ARITY_RULES: dict[str, Callable[[int, int, dict], str | None]] = {
     "closed_call": _call("call_jaxpr"),
     "core_call": _call("call_jaxpr"),
     "remat2": _call("jaxpr"),
-    "scan": _call("jaxpr"),
+    "scan": _scan,
     "custom_jvp_call": _call("call_jaxpr"),
     "custom_vjp_call": _call("call_jaxpr"),
     "cond": _cond,

@@ -101,3 +101,18 @@ def test_retyped_jvp_rule_body_is_refused():
   message = _check_error(h.craft(data, mutate))
   assert "param 'jvp_jaxpr_fun' of equation 0 (custom_jvp_call)" in message
   assert "does not type-check" in message
+
+
+@pytest.mark.parametrize("name,value", [("num_carry", 2), ("num_consts", 2)])
+def test_scan_counts_past_its_inputs_or_outputs_are_refused(name, value):
+  # JAX's scan type check splits the body's inputs and outputs at
+  # num_consts and num_carry without checking that they fit: num_carry 2
+  # over a body of one carry passed check=True and failed under grad
+  # (campaign seed 101, case 2908).
+  def mutate(msg):
+    (eqn,) = h.eqns(msg, "scan")
+    h.set_value(msg, h.param(msg, eqn, name), value)
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"equation 0 \(scan\): scan has 2 inputs and 1 "
+                     rf"outputs, which do not hold .*{name}={value}"):
+    jaxpr_io.loads(h.craft(_scan_file(), mutate))
