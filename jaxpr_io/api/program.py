@@ -453,6 +453,8 @@ def _check(program: Program, source: str) -> None:
   except FormatError as e:
     raise FormatError(f"{source}: the program cannot be called: {e}") from None
   steps = (
+      ("does not type-check",
+       lambda: typecheck.check_shared_calls(closed.jaxpr)),
       ("does not type-check", lambda: compat.check_jaxpr(closed.jaxpr)),
       ("does not type-check",
        lambda: typecheck.check_sub_jaxprs(closed.jaxpr)),

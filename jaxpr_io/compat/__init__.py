@@ -12,6 +12,8 @@ entry to `PRIMITIVE_RENAMES`).
 
 from __future__ import annotations
 
+import functools
+
 import importlib
 from typing import Any, Callable
 
@@ -90,7 +92,42 @@ INITIAL_RESULT_PATHS = getattr(lu, "initial_result_paths", None)
 MemorySpace = core.MemorySpace
 ManualAxisType = core.ManualAxisType
 empty_manual_axis_type = core.empty_mat
-check_jaxpr = core.check_jaxpr
+
+
+def check_jaxpr(jaxpr) -> None:
+  """`jax.core.check_jaxpr` without its costly error message: JAX names
+  the variables of a failing jaxpr by printing all of it first, then prints
+  up to 20 of its equations around the error, each with every sub-jaxpr it
+  calls inlined; under a chain of shared calls that is megabytes of text
+  and a minute (a 5 KB hostile file). Here variables are named as the
+  failing equation is printed, and the message is JAX's first paragraph:
+  the error and that equation, a sub-jaxpr used more than once printed as
+its name (JAX 0.10 to 0.12 share `_check_jaxpr`)."""
+  @functools.cache
+  def ctx_factory():
+    # A jaxpr used more than once prints as a name (JAX's printer's
+    # convention), each distinct jaxpr walked once.
+    ctx = core.JaxprPpContext()
+    uses: dict = {}
+    seen, stack = set(), [jaxpr]
+    while stack:
+      j = stack.pop()
+      if j in seen:
+        continue
+      seen.add(j)
+      for eqn in j.eqns:
+        for sub in core.jaxprs_in_params(eqn.params):
+          uses[sub] = uses.get(sub, 0) + 1
+          stack.append(sub)
+    for i, sub in enumerate(s for s, n in uses.items() if n > 1):
+      ctx.shared_jaxpr_names.add(f"shared{i}")
+      ctx.shared_jaxprs[sub] = f"shared{i}"
+    return ctx, core.JaxprPpSettings()
+  try:
+    core._check_jaxpr(ctx_factory, jaxpr)  # pylint: disable=protected-access
+  except core.JaxprTypeError as e:
+    raise core.JaxprTypeError(str(e.args[0])) from None
+
 typecompat = core.typecompat
 # Primitives with a typing rule of their own that checks their sub-jaxprs
 # (through `core._check_call` or `check_jaxpr`); a primitive without a rule

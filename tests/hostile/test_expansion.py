@@ -31,7 +31,7 @@ import pytest
 import jaxpr_io
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import limits
-from tests.hostile import craft, run_child
+from tests.hostile import craft, replace_string, run_child
 from tests.support import proto_edit
 
 # Release-independent: CI runs it under one release (docs/testing.md).
@@ -282,3 +282,18 @@ def test_html_refuses_the_shared_out_tree_in_one_line(tmp_path):
                       line), line
   assert child.lines("PAGE_WRITTEN:") == ["False"], str(child)
   assert not os.path.exists(out)
+
+
+def test_a_type_error_under_shared_calls_is_refused_cheaply(tmp_path):
+  # JAX's checker prints up to 20 equations around a type error with every
+  # sub-jaxpr inlined, at every level of calls: under 10 levels of shared
+  # calls (1,024 inlined) that took a minute and 65 MiB (fuzz campaign seed
+  # 101, case 3439). Here the bottom `-a` becomes `is_finite(a)`, typed
+  # f32[4] where JAX's rule gives bool[4].
+  data = craft(shared_call_graph_file(10),
+               lambda msg: replace_string(msg, "neg", "is_finite"))
+  child = _run(_LOAD, _write(tmp_path, data), "check")
+  message = _format_error(child)
+  assert re.search(r"a call body used 2 times does not type-check: "
+                   r"JaxprTypeError: .*bool\[4\]", message), message
+  assert len(message) < 2000, message
