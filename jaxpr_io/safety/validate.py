@@ -118,6 +118,10 @@ def _scan(n_in, n_out, params):
   problem = _call("jaxpr")(n_in, n_out, params)
   if problem:
     return problem
+  if "num_consts" not in params:
+    # JAX 0.11+ groups the operands by `ft_in`/`ft_out`, which its adapter
+    # builds from the stored counts after the same check.
+    return None
   num_consts, num_carry, linear = (params.get(k) for k in (
       "num_consts", "num_carry", "linear"))
   if type(num_consts) is not int or type(num_carry) is not int:
