@@ -31,6 +31,7 @@ import jax
 
 from jaxpr_io.compat import checkify as compat_checkify
 from jaxpr_io.codec import registry
+from jaxpr_io.format import limits
 from jaxpr_io.safety import trust
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.errors import FormatError, UnsupportedError
@@ -169,6 +170,22 @@ def _decode_exception(entry):
   return code, treedef
 
 
+def _check_payload_sizes(stored) -> None:
+  """FormatError if the trees inside a stored err_tree (the payloads of its
+  errors) hold more than `limits.MAX_FORMAT_ARGUMENT_NODES` nodes."""
+  nodes, stack = 0, [stored]
+  while stack:
+    item = stack.pop()
+    if type(item) is tuple:
+      stack.extend(item)
+    elif type(item) is compat_pytrees.PyTreeDef:
+      nodes += item.num_nodes
+  if nodes > limits.MAX_FORMAT_ARGUMENT_NODES:
+    raise FormatError(
+        f"check's err_tree holds payload trees of {nodes:,} nodes, more than "
+        f"the {limits.MAX_FORMAT_ARGUMENT_NODES:,} a checkify error may carry")
+
+
 def decode_err_tree(stored, params):
   del params
   if not (type(stored) is tuple and len(stored) == 2
@@ -179,6 +196,9 @@ def decode_err_tree(stored, params):
   if len(metadata) != len(stored[0]):
     raise FormatError("check's err_tree repeats an error code")
   children = []
+  # Composing the error tree copies every node of its payload trees: bounded
+  # before it is made (real payloads are a check's few format arguments).
+  _check_payload_sizes(stored)
   for entry in stored[1]:
     if not (type(entry) is tuple and len(entry) == 2
             and type(entry[0]) is tuple and type(entry[1]) is tuple

@@ -118,6 +118,14 @@ register_quantity(
           "equation is refused at load with a `FormatError` naming it (no "
           "limit with `trusted=True`)")
 register_quantity(
+    name="format arguments",
+    counted="the nodes of the pytree of arguments a format string is "
+            "checked against at load (a `debug_print`'s, a failed "
+            "`checkify.check`'s payload), which the check unflattens, and "
+            "of the payload trees checkify's error tree is composed from",
+    limit=f"{limits.MAX_FORMAT_ARGUMENT_NODES:,} nodes, else a `FormatError` "
+          "naming the equation (payloads: whether trusted or not)")
+register_quantity(
     name="bytes decompressed from a bind source",
     counted="what the arrays the program needs declare in the source's "
             "metadata, read first (an Orbax item's tree metadata; each "

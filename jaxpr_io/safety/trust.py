@@ -287,6 +287,11 @@ def _check_format_arguments(fmt: str, in_tree,
   `in_tree` is the treedef of (args, kwargs)."""
   if in_tree is None:
     return
+  if in_tree.num_nodes > limits.MAX_FORMAT_ARGUMENT_NODES:
+    raise FormatError(
+        f"{what}'s arguments are a pytree of {in_tree.num_nodes:,} nodes, "
+        f"more than the {limits.MAX_FORMAT_ARGUMENT_NODES:,} a format string "
+        "is checked against")
   try:
     args, kwargs = in_tree.unflatten([_Blank()] * in_tree.num_leaves)
     fmt.format(*args, **kwargs)

@@ -61,7 +61,7 @@ def _chain(msg, levels: int, leaf_kind) -> int:
   return len(msg.tree_nodes)
 
 
-def shared_out_tree_file(leaf: str = "LEAF") -> bytes:
+def shared_out_tree_file(leaf: str = "LEAF", levels: int = LEVELS) -> bytes:
   """`-x` whose output signature is the chain of `LEVELS` shared tuples
   (leaf="LEAF": 2**40 leaves for one output), or a program without outputs
   whose signature is the chain over None nodes (no leaf, 2**41 nodes)."""
@@ -69,7 +69,7 @@ def shared_out_tree_file(leaf: str = "LEAF") -> bytes:
   data = jaxpr_io.dumps(jaxpr_io.trace(fn, X4))
 
   def mutate(msg):
-    top = _chain(msg, LEVELS, _KIND.Value(leaf))
+    top = _chain(msg, levels, _KIND.Value(leaf))
     msg.out_tree.Clear()
     msg.out_tree.shared = top
   return craft(data, mutate)
@@ -233,6 +233,18 @@ def test_shared_out_tree_of_nones_is_charged_before_it_is_built(tmp_path):
   assert re.search(r"output signature \(a pytree of 2,199,023,255,551 "
                    r"nodes.*more memory than an untrusted file", message), (
                        message)
+
+
+def test_a_tree_charged_within_the_budget_is_built_within_it(tmp_path):
+  # 262,143 nodes (17 levels of shared Nones) were charged 200 bytes a node,
+  # 50 MiB, and building the tree grew the resident memory by 74 MiB, over
+  # the 64 MiB budget of a small file (fuzz campaign seed 102, case 232).
+  # Charged at what it costs (limits.TREE_NODE_COST), it is refused, and
+  # whatever the outcome the child's growth stays within the budget.
+  child = _run(_LOAD, _write(tmp_path, shared_out_tree_file("NONE", 17)))
+  message = _format_error(child)
+  assert re.search(r"output signature \(a pytree of 262,143 nodes", message), (
+      message)
 
 
 def test_shared_treedef_param_is_charged_before_it_is_built(tmp_path):

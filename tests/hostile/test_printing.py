@@ -158,3 +158,20 @@ def test_symbolic_dimensions_count_as_large():
   assert printing.call_bound(params, [aval]) > limits.MAX_PRINTED_CHARACTERS
   params["np_printoptions"] = tuple({**opts, "threshold": 1000}.items())
   assert printing.call_bound(params, [aval]) < limits.MAX_PRINTED_CHARACTERS
+
+
+def test_format_arguments_are_checked_only_on_trees_of_bounded_size():
+  # The check unflattens the arguments' tree (an object per node, beyond
+  # the tree's own charge): a debug_print's or failed check's arguments of
+  # more nodes are refused (fuzz campaign seed 102, case 232).
+  from jaxpr_io import FormatError  # pylint: disable=g-import-not-at-top
+  from jaxpr_io.safety import trust  # pylint: disable=g-import-not-at-top
+  n = limits.MAX_FORMAT_ARGUMENT_NODES
+  small = jax.tree_util.tree_structure(((None,) * 3, {}))
+  trust._check_format_arguments("{} {} {}", small)  # pylint: disable=protected-access
+  with pytest.raises(FormatError, match="does not fit its arguments"):
+    trust._check_format_arguments("{3}", small)  # pylint: disable=protected-access
+  big = jax.tree_util.tree_structure(((None,) * n, {}))
+  with pytest.raises(FormatError, match=rf"debug_print's arguments are a "
+                     rf"pytree of {n + 3:,} nodes, more than the {n:,}"):
+    trust._check_format_arguments("{}", big)  # pylint: disable=protected-access

@@ -19,7 +19,7 @@ class FormatError extends Error {
 // match): what a file's pytrees expand to, every use of a shared node
 // counted, is charged against 16x the file's size + 64 MiB before a tree
 // is built, so that a small file cannot describe a tree that hangs the page.
-const COSTS = {memoryFactor: 16, fixedOverhead: 64 * 1024 * 1024, treeNodeCost: 200};
+const COSTS = {memoryFactor: 16, fixedOverhead: 64 * 1024 * 1024, treeNodeCost: 320};
 const COUNT_CAP = Number.MAX_SAFE_INTEGER;
 
 // ------------------------------------------------------------------ CRC-32
