@@ -144,6 +144,15 @@ def test_transform_errors_of_the_program_itself():
   assert not transforms.own_limit(AttributeError(
       "'int' object has no attribute 'spec'"))
   assert not transforms.own_limit(TypeError("unhashable type: 'list'"))
+  # JAX's reverse mode refuses values in host memory, for a program it
+  # traces itself as for a loaded one (fuzz campaign seed 103, case 8795).
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax._src import core  # pylint: disable=g-import-not-at-top
+  host = core.ShapedArray((6,), np.float32,
+                          memory_space=core.MemorySpace.Host)
+  with pytest.raises(Exception) as info:
+    jax.make_jaxpr(jax.grad(lambda x: jax.numpy.sin(x).sum()))(host)
+  assert transforms.own_limit(info.value), info.value
 
 
 class _Original:
