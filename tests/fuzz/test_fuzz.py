@@ -153,6 +153,17 @@ def test_transform_errors_of_the_program_itself():
   with pytest.raises(Exception) as info:
     jax.make_jaxpr(jax.grad(lambda x: jax.numpy.sin(x).sum()))(host)
   assert transforms.own_limit(info.value), info.value
+  # A scalar in another memory space meets an array: JAX traces the
+  # function, and its vmap fails (campaign seed 103, case 16256).
+  f = lambda a, v: jax.numpy.sin(v) * a
+  any_space = core.MemorySpace.Any
+  jax.make_jaxpr(f)(core.ShapedArray((), np.float32, memory_space=any_space),
+                    core.ShapedArray((4,), np.float32))
+  with pytest.raises(Exception) as info:
+    jax.make_jaxpr(jax.vmap(f))(
+        core.ShapedArray((2,), np.float32, memory_space=any_space),
+        core.ShapedArray((2, 4), np.float32))
+  assert transforms.own_limit(info.value), info.value
 
 
 class _Original:

@@ -56,6 +56,10 @@ TRANSFORM_OWN = re.compile("|".join([
     # JAX traces with a host-memory input fails grad the same way).
     r"[Ee]xpected cotangent type \w+<host>",
     r"expected \w+<host>\[",
+    # JAX's memory-space rule lets a scalar of another memory space meet an
+    # array when it traces, but vmap makes the scalar an array (a function
+    # JAX traces itself with such a scalar fails vmap the same way).
+    r"memory_space of all inputs passed to `\w+` must be the same",
 ]))
 
 
