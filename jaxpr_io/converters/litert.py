@@ -68,7 +68,12 @@ def to_tflite(program, path: str | os.PathLike) -> bytes:
 def fixed_dimensions(tf, prog, data) -> list[str]:
   """The inputs' symbolic dimensions that the flatbuffer `data` fixed
   (its `shape_signature` has a size, not -1, there), as `arg0[0]`."""
-  details = tf.lite.Interpreter(model_content=data).get_signature_runner(
+  try:  # LiteRT's own interpreter; TensorFlow's is deprecated
+    from ai_edge_litert import interpreter as litert  # pylint: disable=g-import-not-at-top
+    make = litert.Interpreter
+  except ImportError:
+    make = tf.lite.Interpreter
+  details = make(model_content=data).get_signature_runner(
       ).get_input_details()
   fixed = []
   for i, aval in enumerate(prog.closed_jaxpr.in_avals):

@@ -155,21 +155,25 @@ def _cases(every: int):
     yield "zoo", name, name, (lambda b=builder: _zoo_case(b))
 
 
-def run(cache_path: str, every: int = 0) -> dict:
+def run(cache_path: str, every: int = 0, measure_more: bool = True
+        ) -> tuple[dict, int]:
+  """(the cache of measurements, the number of cases there are)."""
   cache = {}
   if os.path.exists(cache_path):
     with open(cache_path) as f:
       cache = json.load(f)
+  total = 0
   for kind, name, group, builder in _cases(every):
+    total += 1
     key = f"{kind}:{name}"
-    if key in cache:
+    if key in cache or not measure_more:
       continue
     print(key, flush=True)
     cache[key] = {"group": group, "result": case_result(kind, name, builder)}
     with open(cache_path + ".tmp", "w") as f:
       json.dump(cache, f, indent=0, sort_keys=True)
     os.replace(cache_path + ".tmp", cache_path)
-  return cache
+  return cache, total
 
 
 def primitive_rows(cache) -> list[tuple[str, int, dict[str, int]]]:
@@ -192,8 +196,13 @@ def _cell(passed: int, total: int) -> str:
   return "no" if passed == 0 else f"{passed}/{total}"
 
 
-def page(cache) -> str:
+def page(cache, total: int) -> str:
   rows = primitive_rows(cache)
+  measured = len(cache)
+  partial = ([] if measured >= total else [
+      "", f"**Partial**: {measured} of the {total} cases (harness groups and "
+      "zoo programs) were measured so far; rerun the command to measure the "
+      "rest (it resumes from its cache)."])
   lines = [
       "# Which runtime accepts which primitive",
       "",
@@ -207,6 +216,7 @@ def page(cache) -> str:
       "its example inputs and compared with JAX (atol 1e-4 + rtol 1e-4): "
       "`yes` where every case of the primitive passed, `no` where none did, "
       "else passed/cases. [Serving](serving.md) says how to convert.",
+  ] + partial + [
       "",
       "## Summary",
       "",
@@ -297,10 +307,12 @@ def main(argv=None) -> int:
                       "of each group only")
   parser.add_argument("--cache", default=os.path.join(
       tempfile.gettempdir(), f"runtime_coverage_{jax.__version__}.json"))
+  parser.add_argument("--no-measure", action="store_true",
+                      help="write the page from the cache alone")
   args = parser.parse_args(argv)
-  cache = run(args.cache, args.every)
+  cache, total = run(args.cache, args.every, not args.no_measure)
   with open(args.write, "w") as f:
-    f.write(page(cache))
+    f.write(page(cache, total))
   print(f"wrote {args.write}")
   return 0
 
