@@ -215,7 +215,10 @@ def page(cache, total: int) -> str:
       "converted for each runtime, run on "
       "its example inputs and compared with JAX (atol 1e-4 + rtol 1e-4): "
       "`yes` where every case of the primitive passed, `no` where none did, "
-      "else passed/cases. [Serving](serving.md) says how to convert.",
+      "else passed/cases. The first case of a group in name order is often "
+      "its bfloat16 or complex one, so a `no` often means the runtime lacks "
+      "the primitive in that dtype (the reasons are in the cache the command "
+      "keeps). [Serving](serving.md) says how to convert.",
   ] + partial + [
       "",
       "## Summary",
