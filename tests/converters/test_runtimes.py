@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,6 +24,7 @@ import pytest
 import jaxpr_io
 from jaxpr_io import converters
 from jaxpr_io.converters import simplify
+from jaxpr_io.tools import load as load_tool
 from tests.support import models
 
 REQUIRED = bool(os.environ.get("JAXPR_IO_REQUIRE_RUNTIMES"))
@@ -86,8 +84,37 @@ PROGRAMS = {"cnn_symbolic_batch": _cnn_symbolic, "transformer": _transformer,
             "relu_in_scan": _relu_scan}
 
 
-def test_simplify_inlines_custom_rules_calls_and_debug():
-  prog, fn, (xs,) = _relu_scan()
+# CI time: each program is traced, and converted to each runtime, once per
+# module; the tests below share the artifacts.
+@pytest.fixture(scope="module")
+def programs():
+  cache = {}
+
+  def get(name):
+    if name not in cache:
+      cache[name] = PROGRAMS[name]()
+    return cache[name]
+  return get
+
+
+@pytest.fixture(scope="module")
+def artifacts(programs, tmp_path_factory):
+  """artifacts(name, kind): the path of program `name` converted to
+  `kind` ("onnx" or "tflite") and the converter's result, made once."""
+  cache, out = {}, tmp_path_factory.mktemp("runtimes")
+
+  def get(name, kind):
+    if (name, kind) not in cache:
+      prog = programs(name)[0]
+      path = out / f"{name}.{kind}"
+      write = converters.to_onnx if kind == "onnx" else converters.to_tflite
+      cache[name, kind] = path, write(prog, path)
+    return cache[name, kind]
+  return get
+
+
+def test_simplify_inlines_custom_rules_calls_and_debug(programs):
+  _, fn, (xs,) = programs("relu_in_scan")
 
   def noisy(xs):
     jax.debug.print("xs {}", xs)
@@ -107,10 +134,9 @@ def test_simplify_inlines_custom_rules_calls_and_debug():
 # ------------------------------------------------------------------ ONNX
 @needs_onnx
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_onnx_matches_jax(name, tmp_path):
-  prog, fn, inputs = PROGRAMS[name]()
-  path = tmp_path / f"{name}.onnx"
-  model = converters.to_onnx(prog, path)
+def test_onnx_matches_jax(name, programs, artifacts):
+  prog, fn, inputs = programs(name)
+  path, model = artifacts(name, "onnx")
   assert [i.name for i in model.graph.input] == [
       f"arg{i}" for i in range(len(prog.closed_jaxpr.in_avals))]
   for x in inputs:
@@ -119,40 +145,25 @@ def test_onnx_matches_jax(name, tmp_path):
 
 
 @needs_onnx
-def test_onnx_symbolic_batch_is_a_dynamic_dimension(tmp_path):
-  prog, _, _ = _cnn_symbolic()
-  model = converters.to_onnx(prog, tmp_path / "cnn.onnx")
+def test_onnx_symbolic_batch_is_a_dynamic_dimension(artifacts):
+  _, model = artifacts("cnn_symbolic_batch", "onnx")
   (dims,) = [i.type.tensor_type.shape.dim for i in model.graph.input]
   assert dims[0].dim_param == "b" and not dims[0].HasField("dim_value")
   assert [d.dim_value for d in dims[1:]] == [16, 16, 3]
 
 
-@needs_onnx
-def test_onnx_weights_are_initializers(tmp_path):
-  fn, x = models.custom_rules()
-  model = converters.to_onnx(_loaded(fn, x), tmp_path / "mlp.onnx")
-  sizes = sorted(int(np.prod(t.dims)) for t in model.graph.initializer)
-  assert 6 * 16 in sizes and 16 * 3 in sizes
-  assert [i.name for i in model.graph.input] == ["arg0"]
-
-
 # ---------------------------------------------------------------- LiteRT
 @needs_litert
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_tflite_matches_jax(name, tmp_path):
-  prog, fn, inputs = PROGRAMS[name]()
-  path = tmp_path / f"{name}.tflite"
-  converters.to_tflite(prog, path)
+def test_tflite_matches_jax(name, programs, artifacts):
+  prog, fn, inputs = programs(name)
+  path, _ = artifacts(name, "tflite")
   for x in inputs:
     _close(converters.run_tflite(path, [x]), jax.jit(fn)(x))
   assert converters.verify_tflite(prog, path).ok
 
 
 # ------------------------------------------- the CLI: Equinox and Orbax
-BIN = os.path.dirname(sys.executable)
-LOAD = os.path.join(BIN, "jaxpr-load")
-
-
 def _equinox_mlp(tmp_path):
   """predict(leaves, x) of an Equinox MLP whose parameters are `leaves`,
   saved to predict.jaxpr, and the leaves in an Orbax checkpoint."""
@@ -180,36 +191,51 @@ def _equinox_mlp(tmp_path):
   return predict, leaves, x
 
 
-def _load_cli(*args, cwd):
-  return subprocess.run([LOAD, *args], capture_output=True, text=True,
-                        timeout=600, cwd=cwd)
+def _load_cli(capsys, *args):
+  """jaxpr-load's main in this process (the console script calls it; a
+  fresh process would import TensorFlow and jax2onnx again, seconds of CI
+  time): (exit status, stdout, stderr)."""
+  capsys.readouterr()
+  status = load_tool.main([str(a) for a in args])
+  out = capsys.readouterr()
+  return status, out.out, out.err
 
 
 @needs_onnx
 @needs_litert
-def test_cli_equinox_mlp_bound_from_orbax(tmp_path):
+def test_cli_equinox_mlp_bound_from_orbax(tmp_path, capsys):
+  import onnx  # pylint: disable=g-import-not-at-top
   predict, leaves, x = _equinox_mlp(tmp_path)
   expected = jax.jit(predict)(leaves, x)
-  proc = _load_cli("predict.jaxpr", "--bind", "0=ckpt/1/params",
-                   "--to-onnx", "mlp.onnx", "--to-tflite", "mlp.tflite",
-                   "--run", "x.npz", cwd=tmp_path)
-  assert proc.returncode == 0, proc.stderr
-  for artifact, runtime in (("mlp.onnx", "onnxruntime"),
-                            ("mlp.tflite", "the LiteRT interpreter")):
-    assert f"{artifact}: verified in {runtime}: largest difference" in (
-        proc.stdout)
-  _close(converters.run_onnx(tmp_path / "mlp.onnx", [x]), expected)
-  _close(converters.run_tflite(tmp_path / "mlp.tflite", [x]), expected)
-  # The bound weights are in the artifacts: they take x alone.
+  onnx_path, tflite_path = tmp_path / "mlp.onnx", tmp_path / "mlp.tflite"
+  status, out, err = _load_cli(
+      capsys, tmp_path / "predict.jaxpr", "--bind",
+      f"0={tmp_path / 'ckpt' / '1' / 'params'}", "--to-onnx", onnx_path,
+      "--to-tflite", tflite_path, "--run", tmp_path / "x.npz")
+  assert status == 0, err
+  for artifact, runtime in ((onnx_path, "onnxruntime"),
+                            (tflite_path, "the LiteRT interpreter")):
+    assert f"{artifact}: verified in {runtime}: largest difference" in out
+  _close(converters.run_onnx(onnx_path, [x]), expected)
+  _close(converters.run_tflite(tflite_path, [x]), expected)
+  # The bound weights are in the artifacts (ONNX initializers): they take
+  # x alone, at any batch size.
+  model = onnx.load(onnx_path)
+  assert [i.name for i in model.graph.input] == ["arg0"]
+  sizes = sorted(int(np.prod(t.dims)) for t in model.graph.initializer)
+  for leaf in leaves:
+    assert leaf.size in sizes
   x7 = np.random.RandomState(7).randn(7, 5).astype(np.float32)
-  _close(converters.run_onnx(tmp_path / "mlp.onnx", [x7]),
-         jax.jit(predict)(leaves, x7))
-  _close(converters.run_tflite(tmp_path / "mlp.tflite", [x7]),
+  _close(converters.run_onnx(onnx_path, [x7]), jax.jit(predict)(leaves, x7))
+  _close(converters.run_tflite(tflite_path, [x7]),
          jax.jit(predict)(leaves, x7))
   # --no-verify writes without running.
-  proc = _load_cli("predict.jaxpr", "--bind", "0=ckpt/1/params",
-                   "--to-onnx", "again.onnx", "--no-verify", cwd=tmp_path)
-  assert proc.returncode == 0 and "verified" not in proc.stdout
+  status, out, _ = _load_cli(
+      capsys, tmp_path / "predict.jaxpr", "--bind",
+      f"0={tmp_path / 'ckpt' / '1' / 'params'}", "--to-onnx",
+      tmp_path / "again.onnx", "--no-verify")
+  assert status == 0 and "verified" not in out
+  assert (tmp_path / "again.onnx").stat().st_size > 0
 
 
 # --------------------------------------------------------------- refusal
@@ -221,7 +247,7 @@ def _unconvertible(x):
 
 
 @needs_onnx
-def test_onnx_refuses_an_unconvertible_primitive_naming_it(tmp_path):
+def test_onnx_refuses_an_unconvertible_primitive_naming_it(tmp_path, capsys):
   x = np.ones(3, np.float32)
   prog = _loaded(jax.jit(_unconvertible), x)
   with pytest.raises(jaxpr_io.UnsupportedError,
@@ -230,9 +256,11 @@ def test_onnx_refuses_an_unconvertible_primitive_naming_it(tmp_path):
     converters.to_onnx(prog, tmp_path / "bad.onnx")
   assert not (tmp_path / "bad.onnx").exists()
   jaxpr_io.save(tmp_path / "bad.jaxpr", prog)
-  proc = _load_cli("bad.jaxpr", "--to-onnx", "bad.onnx", cwd=tmp_path)
-  assert proc.returncode == 1
-  assert proc.stderr.strip().splitlines()[-1].startswith(
+  status, _, err = _load_cli(capsys, tmp_path / "bad.jaxpr", "--to-onnx",
+                             tmp_path / "bad.onnx")
+  assert status == 1
+  (line,) = err.strip().splitlines()
+  assert line.startswith(
       "jaxpr-load: error: UnsupportedError: equation 0 (jit) > 1: "
-      "primitive platform_index has no ONNX conversion"), proc.stderr
-  assert "Traceback" not in proc.stderr
+      "primitive platform_index has no ONNX conversion"), err
+  assert "Traceback" not in err and not (tmp_path / "bad.onnx").exists()
