@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 
 from jaxpr_io.compat import symbolic
-from jaxpr_io.converters import verify
+from jaxpr_io.converters import simplify, verify
 from jaxpr_io.converters._common import as_program
 from jaxpr_io.converters.saved_model import _import_tf, to_saved_model
 from jaxpr_io.errors import UnsupportedError
@@ -44,6 +44,7 @@ def to_tflite(program, path: str | os.PathLike) -> bytes:
   """
   tf, _ = _import_tf()
   prog = as_program(program)
+  _refuse_complex(prog)
   with tempfile.TemporaryDirectory(prefix="jaxpr_io_tflite_") as tmp:
     saved = os.path.join(tmp, "saved_model")
     to_saved_model(prog, saved, platforms=("cpu",))
@@ -63,6 +64,32 @@ def to_tflite(program, path: str | os.PathLike) -> bytes:
   with open(os.fspath(path), "wb") as f:
     f.write(data)
   return data
+
+
+def _refuse_complex(prog) -> None:
+  """LiteRT's builtin operators take no complex tensors, and TensorFlow's
+  converter (2.21) can crash the process on them (a segmentation fault in
+  its broadcast optimization of `imag`) instead of raising: refused up
+  front, naming the first place a complex value appears."""
+  for aval in prog.closed_jaxpr.in_avals:
+    if _is_complex(aval):
+      raise UnsupportedError(
+          f"an input is {aval.str_short()}: LiteRT has no complex tensors; "
+          "ship the program as StableHLO (converters.to_exported) or a "
+          "SavedModel instead")
+  for place, eqn in simplify.walk(prog.closed_jaxpr):
+    for var in (*eqn.invars, *eqn.outvars):
+      if _is_complex(getattr(var, "aval", None)):
+        raise UnsupportedError(
+            f"{place}: primitive {eqn.primitive.name} works on "
+            f"{var.aval.str_short()}: LiteRT has no complex tensors; ship "
+            "the program as StableHLO (converters.to_exported) or a "
+            "SavedModel instead")
+
+
+def _is_complex(aval) -> bool:
+  # numpy's kind: "c" for complex64/128 (JAX's extended dtypes have none).
+  return getattr(getattr(aval, "dtype", None), "kind", None) == "c"
 
 
 def fixed_dimensions(tf, prog, data) -> list[str]:

@@ -266,3 +266,22 @@ def test_onnx_refuses_an_unconvertible_primitive_naming_it(tmp_path, capsys):
       "jaxpr-load: error: UnsupportedError: equation 0 (jit) > 1: "
       "primitive platform_index has no ONNX conversion"), err
   assert "Traceback" not in err and not (tmp_path / "bad.onnx").exists()
+
+
+@needs_litert
+def test_tflite_refuses_complex_values_naming_the_equation(tmp_path):
+  # TensorFlow's converter can crash the process on complex tensors
+  # (segfault converting jnp.maximum of complex128): refused before it runs.
+  x = (np.arange(3) + 1j).astype(np.complex64)
+  prog = _loaded(lambda x: jnp.abs(jnp.maximum(x, x * 2)), x)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"^an input is complex64\[3\]: LiteRT has no "
+                     "complex tensors"):
+    converters.to_tflite(prog, tmp_path / "c.tflite")
+  real = np.arange(3, dtype=np.float32)
+  prog = _loaded(lambda r: jnp.real(jnp.fft.fft(r)), real)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"^equation \d+(.*)?: primitive \w+ works on "
+                     r"complex64\[3\]"):
+    converters.to_tflite(prog, tmp_path / "f.tflite")
+  assert not (tmp_path / "c.tflite").exists()
