@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxpr_io.compat import symbolic
@@ -84,8 +85,10 @@ def compare(runtime: str, expected, actual) -> Verdict:
       continue
     if e.size == 0:
       continue
-    if np.issubdtype(e.dtype, np.inexact):
-      e64, a64 = e.astype(np.float64), a.astype(np.float64)
+    # jax.numpy's issubdtype: numpy's says bfloat16 and float8 are not
+    # inexact, and NaN against NaN would count as a difference.
+    if jnp.issubdtype(e.dtype, jnp.inexact):
+      e64, a64 = _as_float64(e), _as_float64(np.asarray(a, e.dtype))
       # NaN where JAX has NaN, and an infinity equal to JAX's, agree.
       same = (np.isnan(e64) & np.isnan(a64)) | (a64 == e64)
       with np.errstate(invalid="ignore"):
@@ -101,6 +104,14 @@ def compare(runtime: str, expected, actual) -> Verdict:
       problems.append(f"out{i} differs at {int(bad.sum())} of {e.size} "
                       f"elements (largest difference {float(diff.max()):.3g})")
   return Verdict(runtime, worst, not problems, "; ".join(problems))
+
+
+def _as_float64(x: np.ndarray) -> np.ndarray:
+  """Real values as float64; a complex value as its (real, imaginary) pair
+  on a last axis, each part compared on its own."""
+  if np.iscomplexobj(x):
+    return np.stack([x.real, x.imag], axis=-1).astype(np.float64)
+  return x.astype(np.float64)
 
 
 def check(verdict: Verdict, artifact: str) -> Verdict:

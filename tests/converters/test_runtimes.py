@@ -285,3 +285,21 @@ def test_tflite_refuses_complex_values_naming_the_equation(tmp_path):
                      r"complex64\[3\]"):
     converters.to_tflite(prog, tmp_path / "f.tflite")
   assert not (tmp_path / "c.tflite").exists()
+
+
+def test_verify_compares_bfloat16_and_complex_as_numbers():
+  # numpy does not count bfloat16 as inexact: NaN against NaN once counted
+  # as a difference (every bfloat16 log of a negative number "differed").
+  bf16 = jnp.bfloat16
+  e = np.array([np.nan, 1.0, -np.inf], bf16)
+  assert converters.verify.compare("r", [e], [e.copy()]).ok
+  off = np.array([np.nan, 1.5, -np.inf], bf16)
+  verdict = converters.verify.compare("r", [e], [off])
+  assert not verdict.ok and verdict.max_abs_diff == 0.5
+  assert "out0 differs at 1 of 3" in verdict.detail
+  # A complex value is compared by both parts (a cast to float once
+  # dropped the imaginary part).
+  c = np.array([1 + 2j, np.nan + 0j], np.complex64)
+  assert converters.verify.compare("r", [c], [c.copy()]).ok
+  assert not converters.verify.compare(
+      "r", [c], [np.array([1 + 3j, np.nan], np.complex64)]).ok
