@@ -303,3 +303,21 @@ def test_verify_compares_bfloat16_and_complex_as_numbers():
   assert converters.verify.compare("r", [c], [c.copy()]).ok
   assert not converters.verify.compare(
       "r", [c], [np.array([1 + 3j, np.nan], np.complex64)]).ok
+
+
+@needs_litert
+def test_saved_model_and_tflite_refuse_prng_key_arrays(tmp_path):
+  # TensorFlow has no dtype for typed keys: a one-line refusal, not
+  # TensorFlow's TypeError from deep inside jax2tf.
+  key = jax.random.key(0)
+  prog = _loaded(lambda k: jax.random.normal(k, (3,)), key)
+  for convert in (converters.to_saved_model, converters.to_tflite):
+    with pytest.raises(jaxpr_io.UnsupportedError,
+                       match=r"^input 0 is a PRNG key array \(key<fry>\)"):
+      convert(prog, tmp_path / "k")
+  weighted = _loaded(lambda x: x + jax.random.normal(key, (3,)),
+                     np.zeros(3, np.float32))
+  # The closed-over key is the program's weight.
+  with pytest.raises(jaxpr_io.UnsupportedError, match=r"^weight 0 is a "):
+    converters.to_saved_model(weighted, tmp_path / "w")
+  assert not (tmp_path / "k").exists()
