@@ -26,10 +26,12 @@ DOCS = pathlib.Path(paths.ROOT) / "docs"
 PAGE = (DOCS / "runtime-coverage.md").read_text()
 
 
-def test_summary_is_the_pages_own_and_serving_shows_it():
+def test_summary_is_the_pages_own_and_serving_and_readme_show_it():
   page_summary = coverage.summary_from_page(PAGE)
   assert "\n".join(page_summary) in PAGE
   assert "\n".join(page_summary) in (DOCS / "serving.md").read_text()
+  readme = (DOCS.parent / "README.md").read_text()
+  assert "\n".join(page_summary) in readme
 
 
 def _first_case(group):
