@@ -57,6 +57,19 @@ _NOT_IN_TF = re.compile(r'(?:custom_call @|call_target_name = ")(lapack_\w+)')
 
 
 def _check_runnable_in_tf(prog, platforms) -> None:
+  closed = prog.closed_jaxpr
+  for what, values in (("input", closed.in_avals),
+                       ("output", closed.out_avals), ("weight", closed.consts)):
+    for i, value in enumerate(values):
+      dtype = getattr(value, "dtype", None)
+      if dtype is not None and compat.is_prng_key_dtype(dtype):
+        # TensorFlow has no dtype for JAX's typed PRNG keys.
+        raise UnsupportedError(
+            f"{what} {i} is a PRNG key array ({dtype}), which "
+            "TensorFlow has no dtype for: pass the key's data instead "
+            "(jax.random.key_data outside, jax.random.wrap_key_data inside "
+            "the traced function), or ship the program as StableHLO "
+            "(converters.to_exported)")
   if platforms and "cpu" not in platforms:
     return
   text = to_exported(prog, platforms=("cpu",)).mlir_module()

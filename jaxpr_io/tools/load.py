@@ -26,6 +26,8 @@ examples:
   jaxpr-load model.jaxpr --run in.npz --out out.npz
   jaxpr-load model.jaxpr --to-exported model.exported --platforms cpu,cuda
   jaxpr-load model.jaxpr --to-saved-model models/model/1
+  jaxpr-load model.jaxpr --to-onnx model.onnx # checked in onnxruntime
+  jaxpr-load model.jaxpr --to-tflite model.tflite   # checked in LiteRT
   jaxpr-load model.jaxpr --html model.html    # the viewer page, offline
   # predict(params, x) with the params of an Orbax checkpoint (or an .npz):
   jaxpr-load predict.jaxpr --bind 0=ckpt/100/state:params \
@@ -47,6 +49,12 @@ weights become the program's constants: --run, --to-exported,
 arg0, arg1, ... again (a SavedModel's serving_default takes only them, the
 weights are its variables). A SOURCE that does not match the program is an
 error naming the first mismatching key path.
+
+--to-onnx and --to-tflite run the artifact in its own runtime
+(onnxruntime, the LiteRT interpreter) on the --run inputs, or else on zeros
+of the input types (each symbolic dimension 2), compare its outputs with
+JAX's (|ONNX - JAX| <= 1e-4 + 1e-4 |JAX|) and print the largest
+difference; --no-verify skips that.
 
 --platforms (lowering platforms of --to-exported and --to-saved-model) is
 a comma-separated subset of: cpu, cuda, rocm, tpu.
@@ -129,7 +137,9 @@ def summary(path: str, prog) -> str:
   return "\n".join(lines)
 
 
-def run(prog, in_path: str, out_path: str | None) -> None:
+def read_inputs(prog, in_path: str) -> list[np.ndarray]:
+  """The flat inputs arg0, arg1, ... of IN.npz, checked against the
+  program's input types."""
   closed = prog.closed_jaxpr
   data = np.load(in_path, allow_pickle=False)
   if not isinstance(data, np.lib.npyio.NpzFile):
@@ -148,6 +158,11 @@ def run(prog, in_path: str, out_path: str | None) -> None:
         type(d) is int and d != s for d, s in zip(aval.shape, x.shape)):
       raise CliError(f"input arg{i} has type {x.dtype}{list(x.shape)} but "
                      f"the program takes {aval.str_short()}")
+  return flat
+
+
+def run(prog, in_path: str, out_path: str | None) -> None:
+  flat = read_inputs(prog, in_path)
   args, kwargs = jax.tree_util.tree_unflatten(prog.in_tree, flat)
   with stage(PROG, "running"):
     outs = jax.tree_util.tree_leaves(jax.jit(prog)(*args, **kwargs))
@@ -274,6 +289,33 @@ def _flat_signature(prog):
           jax.tree_util.tree_structure(list(range(n_out))))
 
 
+def convert_for_runtimes(prog, args) -> None:
+  """--to-onnx and --to-tflite: each artifact written, then run in its own
+  runtime on the --run inputs (or zeros) and compared with JAX."""
+  # lazy: import time (the converters import jax2onnx and TensorFlow).
+  from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
+  inputs = read_inputs(prog, args.run) if args.run else None
+  jobs = []
+  if args.to_onnx:
+    jobs.append((args.to_onnx, "ONNX model", "onnxruntime",
+                 lambda: converters.to_onnx(prog, args.to_onnx,
+                                            opset=args.opset),
+                 converters.verify_onnx))
+  if args.to_tflite:
+    jobs.append((args.to_tflite, "LiteRT model", "the LiteRT interpreter",
+                 lambda: converters.to_tflite(prog, args.to_tflite),
+                 converters.verify_tflite))
+  for path, what, runtime, write, check in jobs:
+    with stage(PROG, f"writing {what} {path}"):
+      write()
+    print(f"wrote {what} {path} ({os.path.getsize(path):,} bytes)")
+    if args.no_verify:
+      continue
+    with stage(PROG, f"checking {path} in {runtime}"):
+      verdict = check(prog, path, inputs)
+    print(f"{path}: {verdict.line()}")
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog=PROG, description="Inspect, check, run and convert a .jaxpr file.",
@@ -299,6 +341,19 @@ def build_parser() -> argparse.ArgumentParser:
                       "to OUT.mlir")
   parser.add_argument("--to-saved-model", metavar="DIR",
                       help="write a TensorFlow SavedModel (needs tensorflow)")
+  parser.add_argument("--to-onnx", metavar="OUT.onnx",
+                      help="write an ONNX model (needs jaxpr_io[onnx]) and "
+                      "check it in onnxruntime")
+  parser.add_argument("--opset", type=int, metavar="N",
+                      help="the ONNX opset of --to-onnx (default: "
+                      "jax2onnx's)")
+  parser.add_argument("--to-tflite", metavar="OUT.tflite",
+                      help="write a LiteRT (TensorFlow Lite) model (needs "
+                      "tensorflow) and check it in the LiteRT interpreter "
+                      "(jaxpr_io[litert])")
+  parser.add_argument("--no-verify", action="store_true",
+                      help="do not run --to-onnx / --to-tflite artifacts "
+                      "in their runtimes")
   parser.add_argument("--bind", action="append", default=[],
                       metavar="ARG=SOURCE",
                       help="fix input ARG (0, 1, ... or a keyword name) to "
@@ -323,9 +378,15 @@ def _main(argv: Sequence[str]) -> int:
   args = build_parser().parse_args(argv)
   if args.out and not args.run:
     raise CliError("--out needs --run")
+  if args.opset is not None and not args.to_onnx:
+    raise CliError("--opset sets the ONNX opset of --to-onnx; give it")
+  if args.no_verify and not (args.to_onnx or args.to_tflite):
+    raise CliError("--no-verify skips the check of --to-onnx and "
+                   "--to-tflite; give one of them")
   platforms = parse_platforms(args)
   binds = parse_binds(args.bind)
-  for out in (args.output, args.out, args.html):
+  for out in (args.output, args.out, args.html, args.to_onnx,
+              args.to_tflite):
     out_dir = os.path.dirname(out or "")
     if out_dir and not os.path.isdir(out_dir):
       raise CliError(f"cannot write {out}: no such directory {out_dir}")
@@ -338,7 +399,8 @@ def _main(argv: Sequence[str]) -> int:
     # The page reads the file itself: nothing else asked, nothing to load
     # (so it also shows files this JAX release cannot load).
     if not (args.check or args.text or args.run or args.to_exported
-            or args.to_saved_model or args.output or binds):
+            or args.to_saved_model or args.to_onnx or args.to_tflite
+            or args.output or binds):
       return 0
   with stage(PROG, f"loading {args.file}"):
     prog = jaxpr_io.load(args.file, check=args.check, trusted=args.trusted)
@@ -372,6 +434,9 @@ def _main(argv: Sequence[str]) -> int:
         converters.to_saved_model(prog, args.to_saved_model,
                                   platforms=platforms)
       print(f"wrote SavedModel {args.to_saved_model}")
+    acted = True
+  if args.to_onnx or args.to_tflite:
+    convert_for_runtimes(prog, args)
     acted = True
   if not acted:
     say(summary(args.file, prog))
