@@ -228,6 +228,13 @@ def make_call_args(prog):
   for a in avals:
     if not (hasattr(a, "shape") and hasattr(a, "dtype")):
       return f"input-{type(a).__name__}"
+  if not jax.config.jax_enable_x64 and any(
+      getattr(a.dtype, "itemsize", 0) == 8 and a.dtype.kind in "iuf"
+      for a in avals):
+    # Without x64 no caller can make a 64-bit array: jaxpr_io's call
+    # refuses what it gets with a one-line TypeError; the program runs
+    # under `jax.enable_x64(True)` (tests/read_write/test_call_dtypes.py).
+    return "x64-inputs"
   env = _symbolic_env(prog, avals)
   if env is None:
     return "symbolic-unsolved"

@@ -202,3 +202,17 @@ def test_conv_called_with_int_images():
   _one_line_type_error(lambda: loaded(params, images.astype(np.int32)),
                        "input args[1]", "int32[2,8,8,1]",
                        "float32[2,8,8,1]")
+
+
+def test_a_64_bit_program_is_called_under_x64_only():
+  # Traced under x64: without it no caller can make an int64 array (JAX
+  # makes int32 of numpy's int64), so the call is a one-line TypeError
+  # saying what to do; under `jax.enable_x64` it computes the original.
+  fn = lambda i: (i * 3) >> 1
+  with jax.enable_x64(True):
+    x = np.arange(12, dtype=np.int64).reshape(4, 3) << 40
+    prog = _load(fn, x)
+  _one_line_type_error(lambda: prog(x), "input args[0] is int32[4,3]",
+                       "the program takes int64[4,3]")
+  with jax.enable_x64(True):
+    _same(prog(x), fn(jnp.asarray(x)))
