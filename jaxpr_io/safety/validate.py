@@ -451,7 +451,25 @@ def hi_linearized_types(eqn) -> str | None:
   return None
 
 
+def _conv_windows(eqn) -> str | None:
+  """conv_general_dilated: one stride, padding pair and dilation per
+  spatial dimension. JAX's shape rule reads them without checking their
+  lengths (with symbolic shapes an empty `window_strides` passed the
+  check and the export, and failed `grad` in the transpose rule)."""
+  lhs = getattr(eqn.invars[0], "aval", None) if eqn.invars else None
+  ndim = len(getattr(lhs, "shape", ()))
+  if ndim < 2:
+    return None
+  for key in ("window_strides", "padding", "lhs_dilation", "rhs_dilation"):
+    value = eqn.params.get(key)
+    if type(value) is tuple and len(value) != ndim - 2:
+      return (f"param {key!r} has {len(value)} entries for a convolution of "
+              f"{ndim - 2} spatial dimensions")
+  return None
+
+
 _SHAPE_RULES: dict[str, Callable[[Any], str | None]] = {
+    "conv_general_dilated": _conv_windows,
     "reshape": _reshape_sizes,
     "pallas_call": _pallas_call_types,
 }

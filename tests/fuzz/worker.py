@@ -229,7 +229,8 @@ def make_call_args(prog):
     if not (hasattr(a, "shape") and hasattr(a, "dtype")):
       return f"input-{type(a).__name__}"
   if not jax.config.jax_enable_x64 and any(
-      getattr(a.dtype, "itemsize", 0) == 8 and a.dtype.kind in "iuf"
+      getattr(a.dtype, "itemsize", 0) == 8
+      and getattr(a.dtype, "kind", "") in ("i", "u", "f")
       for a in avals):
     # Without x64 no caller can make a 64-bit array: jaxpr_io's call
     # refuses what it gets with a one-line TypeError; the program runs

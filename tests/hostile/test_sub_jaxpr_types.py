@@ -119,3 +119,24 @@ def test_scan_counts_past_its_inputs_or_outputs_are_refused(name, value):
                      r"num_carry=\d+ do not fit its body| has 2 inputs and 1 "
                      rf"outputs, which do not hold .*{name}={value})"):
     jaxpr_io.loads(h.craft(_scan_file(), mutate))
+
+
+@pytest.mark.parametrize("name", ["window_strides", "lhs_dilation"])
+def test_conv_windows_of_the_wrong_length_are_refused(name):
+  # JAX's shape rule reads a convolution's strides and dilations without
+  # checking their lengths: an empty one passed check=True (with symbolic
+  # shapes) and failed grad (fuzz campaign seed 103, case 46579).
+  def f(x, w):
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME")
+  data = jaxpr_io.dumps(jaxpr_io.trace(f, np.ones((1, 2, 5, 5), F32),
+                                       np.ones((3, 2, 3, 3), F32)))
+
+  def mutate(msg):
+    (eqn,) = h.eqns(msg, "conv_general_dilated")
+    h.set_value(msg, h.param(msg, eqn, name), ())
+  message = _check_error(h.craft(data, mutate))
+  # JAX's own rule catches an empty window_strides at concrete shapes.
+  assert (f"(conv_general_dilated): param {name!r} has 0 entries for a "
+          "convolution of 2 spatial dimensions" in message
+          or "window and window_strides must have the same number of "
+          "dimensions, but got 2 and 0" in message), message
