@@ -167,10 +167,18 @@ def _grid_mapping_problem(kwargs) -> str | None:
   describes: Pallas's batching and lowering unflatten one with the other
   (a file may share a tree node in a treedef so that they disagree)."""
   avals = kwargs.get("index_map_avals", ())
-  n_tree = _leaves(kwargs.get("index_map_tree"))
+  tree = kwargs.get("index_map_tree")
+  n_tree = _leaves(tree)
   if type(avals) is not tuple or n_tree != len(avals):
     return (f"index_map_tree has {n_tree} leaves but index_map_avals "
             f"{len(avals) if type(avals) is tuple else avals!r:.80}")
+  # Pallas unflattens it into the index maps' (args, kwargs), kwargs empty.
+  try:
+    args, kw = tree.unflatten(list(avals))
+  except (TypeError, ValueError):
+    args, kw = None, None
+  if type(args) is not tuple or kw != {}:
+    return f"index_map_tree {tree} is not (args tuple, {{}})"[:300]
   for i, block in enumerate(kwargs.get("block_mappings", ())):
     index_map = getattr(block, "index_map_jaxpr", None)
     if index_map is None:

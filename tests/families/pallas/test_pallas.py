@@ -173,6 +173,26 @@ def test_operands_must_match_the_block_mappings():
     jaxpr_io.loads(proto_edit.reframe(msg, data), check=True)
 
 
+def test_index_map_tree_must_be_args_and_kwargs():
+  # Found by the fuzzer (campaign seed 104, case 1631): the grid's
+  # index_map_tree replaced by a single leaf, of the right leaf count,
+  # passed check=True; Pallas's batching rule unflattens it into (args,
+  # kwargs) and vmap failed inside it.
+  data = jaxpr_io.dumps(jaxpr_io.trace(_blocked_kernel(), X, Y))
+  msg = proto_edit.message(data)
+  (grid,) = [p.value.record for ps in msg.param_sets for p in ps.params
+             if msg.strings[p.name] == "grid_mapping"]
+  (field,) = [f for f in grid.fields
+              if msg.strings[f.tuple.items[0].str] == "index_map_tree"]
+  tree = field.tuple.items[1].treedef
+  tree.Clear()
+  tree.kind = msg.tree_nodes[0].__class__.Kind.Value("LEAF")
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"index_map_tree PyTreeDef\(\*\) is not \(args "
+                     r"tuple, \{\}\)"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
 def test_index_map_tree_must_fit_the_index_map_avals():
   # Found by the fuzzer (issue 28): a shared tree node made the grid's
   # index_map_tree ((i, j), {}) for index maps of one grid index; the file
