@@ -52,10 +52,10 @@ TRANSFORM_OWN = re.compile("|".join([
     r"ordered effects",
     r"can't apply forward-mode autodiff \(jvp\) to a custom_vjp function",
     r"[Cc]allbacks? do(es)? not support (JVP|transpos|batching|vmap)",
-    # JAX's reverse mode does not take values in host memory (a program
-    # JAX traces with a host-memory input fails grad the same way).
-    r"[Ee]xpected cotangent type \w+<host>",
-    r"expected \w+<host>\[",
+    # JAX's reverse mode does not take values in host (or `any`) memory (a
+    # program JAX traces with such an input fails grad the same way).
+    r"[Ee]xpected cotangent type \w+<(host|any)>",
+    r"expected \w+<(host|any)>\[",
     # JAX's memory-space rule lets a scalar of another memory space meet an
     # array when it traces, but vmap makes the scalar an array (a function
     # JAX traces itself with such a scalar fails vmap the same way).
