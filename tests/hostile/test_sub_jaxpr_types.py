@@ -140,3 +140,22 @@ def test_conv_windows_of_the_wrong_length_are_refused(name):
           "convolution of 2 spatial dimensions" in message
           or "window and window_strides must have the same number of "
           "dimensions, but got 2 and 0" in message), message
+
+
+def test_a_custom_vjp_out_trees_count_is_checked_before_it_is_built():
+  # The stored out_trees' output count sized a flat tree before anything
+  # compared it with the equation: 2**54 + 1 was a MemoryError (fuzz
+  # campaign seed 104, case 15970).
+  @jax.custom_vjp
+  def f(x):
+    return jnp.sin(x)
+  f.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * jnp.cos(x),))
+  data = jaxpr_io.dumps(jaxpr_io.trace(f, np.ones(3, F32)))
+
+  def mutate(msg):
+    (eqn,) = h.eqns(msg, "custom_vjp_call")
+    h.param(msg, eqn, "out_trees").param_codec.tuple.items[0].int = 2**54 + 1
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"out_trees has 18014398509481985 output leaves "
+                     "for a custom_vjp function with 1 outputs"):
+    jaxpr_io.loads(h.craft(data, mutate))

@@ -564,6 +564,11 @@ def decode_out_trees(stored, params: dict):
                  for f in stored[2])):
     raise FormatError("out_trees is not (out_leaves, res_leaves, "
                       "input_fwds) with one input index or None per residual")
+  # Checked before the flat trees are built: a count from the file sizes
+  # them (2**54 leaves was a MemoryError; fuzz campaign seed 104, case 15970).
+  if stored[0] != eqn.n_out:
+    raise FormatError(f"out_trees has {stored[0]} output leaves for a "
+                      f"custom_vjp function with {eqn.n_out} outputs")
   out_trees = _OutTrees(stored)
   _cross_check(params, eqn, {"out_trees": out_trees})
   return out_trees
