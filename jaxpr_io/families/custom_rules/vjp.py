@@ -1,11 +1,8 @@
-"""`custom_vjp_call`'s `fwd_jaxpr_thunk`, `bwd` and `out_trees`: the forward
-and backward rules stored as jaxprs per pattern, traced once per equation at
-its input types, and loaded as rules that return them, their residual
-counts cross-checked (the format: jaxpr_io/families/custom_rules/registrations.py). The backward
-rule's tracing, decoding and calling (`trace_bwd`, `decode_bwd_table`,
-`call_bwd_table`) are public: jaxpr_io/families/custom_rules/lin.py stores custom_lin's
-backward rule the same way.
-"""
+"""`custom_vjp_call`'s `fwd_jaxpr_thunk`, `bwd` and `out_trees`: forward and
+backward rules stored as jaxprs per pattern (format: registrations.py),
+traced once per equation, loaded as rules returning them, residual counts
+cross-checked. `trace_bwd`, `decode_bwd_table`, `call_bwd_table` are public
+(lin.py stores custom_lin's backward rule the same way)."""
 
 from __future__ import annotations
 
@@ -564,9 +561,7 @@ def decode_out_trees(stored, params: dict):
                  for f in stored[2])):
     raise FormatError("out_trees is not (out_leaves, res_leaves, "
                       "input_fwds) with one input index or None per residual")
-  # Checked before the flat trees are built: a count from the file sizes
-  # them (2**54 leaves was a MemoryError; fuzz campaign seed 104, case 15970).
-  if stored[0] != eqn.n_out:
+  if stored[0] != eqn.n_out:   # before a flat tree of that size is built
     raise FormatError(f"out_trees has {stored[0]} output leaves for a "
                       f"custom_vjp function with {eqn.n_out} outputs")
   out_trees = _OutTrees(stored)
