@@ -160,12 +160,44 @@ def _leaves(tree) -> int | None:
   return getattr(tree, "num_leaves", None)
 
 
+def _is_count(v) -> bool:
+  return type(v) is int and v >= 0
+
+
+def _grid_counts_problem(kwargs) -> str | None:
+  """The grid's dimensions and the counts Pallas's batching and lowering
+  compute with: `vmapped_dims` index the grid, `num_inputs + num_outputs`
+  block mappings."""
+  grid = kwargs.get("grid", ())
+  if type(grid) is not tuple:
+    return f"grid {grid!r:.80} is not a tuple"
+  dims = kwargs.get("vmapped_dims", ())
+  if (type(dims) is not tuple or len(set(dims)) != len(dims)
+      or not all(type(d) is int and 0 <= d < len(grid) for d in dims)):
+    return (f"vmapped_dims {dims!r:.80} are not distinct dimensions of the "
+            f"{len(grid)}-dimensional grid")
+  counts = {f: kwargs.get(f, 0) for f in
+            ("num_index_operands", "num_inputs", "num_outputs")}
+  if not all(map(_is_count, counts.values())):
+    return f"the counts {counts} are not non-negative ints"
+  blocks = kwargs.get("block_mappings", ())
+  if (type(blocks) is not tuple
+      or counts["num_inputs"] + counts["num_outputs"] != len(blocks)):
+    return (f"num_inputs {counts['num_inputs']} and num_outputs "
+            f"{counts['num_outputs']} do not add up to the "
+            f"{len(blocks) if type(blocks) is tuple else '?'} block mappings")
+  return None
+
+
 def _grid_mapping_problem(kwargs) -> str | None:
   """A grid mapping's index maps take the grid indices and scalar operands
   that `index_map_tree` describes and `index_map_avals` types, and each
   block mapping's index map returns what its `index_map_out_tree`
   describes: Pallas's batching and lowering unflatten one with the other
   (a file may share a tree node in a treedef so that they disagree)."""
+  problem = _grid_counts_problem(kwargs)
+  if problem:
+    return problem
   avals = kwargs.get("index_map_avals", ())
   tree = kwargs.get("index_map_tree")
   n_tree = _leaves(tree)

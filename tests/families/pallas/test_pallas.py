@@ -193,6 +193,41 @@ def test_index_map_tree_must_be_args_and_kwargs():
     jaxpr_io.loads(proto_edit.reframe(msg, data))
 
 
+def _grid_field(msg, name: str):
+  """The stored field `name` of the program's one GridMapping record."""
+  (grid,) = [p.value.record for ps in msg.param_sets for p in ps.params
+             if msg.strings[p.name] == "grid_mapping"]
+  (field,) = [f for f in grid.fields
+              if msg.strings[f.tuple.items[0].str] == name]
+  return field.tuple.items[1]
+
+
+def test_vmapped_dims_must_be_dimensions_of_the_grid():
+  # Found by the fuzzer (campaign seed 104, case 33859): the grid's
+  # vmapped_dims replaced by another stored tuple (a block shape's
+  # ("block_size", 128)) passed check=True; Pallas's batching rule adds 1
+  # to each and vmap failed inside it.
+  data = jaxpr_io.dumps(jaxpr_io.trace(_blocked_kernel(), X, Y))
+  msg = proto_edit.message(data)
+  dims = _grid_field(msg, "vmapped_dims")
+  dims.Clear()
+  dims.ints.items.append(1)  # the grid has one dimension: 0 only
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"vmapped_dims \(1,\) are not distinct "
+                     r"dimensions of the 1-dimensional grid"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
+def test_block_mappings_must_be_the_inputs_and_outputs():
+  data = jaxpr_io.dumps(jaxpr_io.trace(_blocked_kernel(), X, Y))
+  msg = proto_edit.message(data)
+  count = _grid_field(msg, "num_inputs")
+  count.int += 1
+  with pytest.raises(jaxpr_io.FormatError,
+                     match="do not add up to the 3 block mappings"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
 def test_index_map_tree_must_fit_the_index_map_avals():
   # Found by the fuzzer (issue 28): a shared tree node made the grid's
   # index_map_tree ((i, j), {}) for index maps of one grid index; the file
