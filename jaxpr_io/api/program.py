@@ -19,6 +19,7 @@ from jaxpr_io.compat import specialize
 from jaxpr_io.pytree import static
 from jaxpr_io.pytree import calls as tree_calls
 from jaxpr_io.safety import costs
+from jaxpr_io.safety import shape_rules
 from jaxpr_io.safety import validate
 from jaxpr_io.safety import typecheck
 from jaxpr_io.compat import hi_mutable as compat_hi_mutable
@@ -458,7 +459,7 @@ def _check(program: Program, source: str) -> None:
       ("does not type-check", lambda: compat.check_jaxpr(closed.jaxpr)),
       ("does not type-check",
        lambda: typecheck.check_sub_jaxprs(closed.jaxpr)),
-      ("does not type-check", lambda: validate.check_shapes(closed.jaxpr)),
+      ("does not type-check", lambda: shape_rules.check_shapes(closed.jaxpr)),
       ("cannot run here", lambda: validate.check_backend_dtypes(
           closed.jaxpr, jax.default_backend())),
       ("cannot be called here", lambda: validate.check_backend_inputs(

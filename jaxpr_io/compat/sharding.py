@@ -28,3 +28,16 @@ AutoLayoutSingleton = layout_lib.AutoLayoutSingleton
 AUTO_LAYOUT = layout_lib.AutoLayout
 # A (layout, sharding) pair, as `device_put` and `jax.jit` accept it.
 Format = layout_lib.Format
+
+
+def varying_axes(aval) -> frozenset:
+  """The manual mesh axes a value inside `shard_map` varies over (its vma;
+  `ManualAxisType.varying` in JAX 0.10 to 0.12)."""
+  mat = getattr(aval, "mat", None)
+  return getattr(mat, "varying", frozenset())
+
+
+def spec_axes(spec) -> frozenset:
+  """The mesh axes a `PartitionSpec` names."""
+  return frozenset(p for s in spec if s is not None
+                   for p in (s if isinstance(s, tuple) else (s,)))

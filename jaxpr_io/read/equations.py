@@ -28,6 +28,7 @@ from jaxpr_io.compat import polyfills as compat_polyfills
 from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.safety import printing
 from jaxpr_io.safety import trust
+from jaxpr_io.safety import shape_rules
 from jaxpr_io.safety import validate
 from jaxpr_io.format import vocabulary
 from jaxpr_io.read.polyfill import polyfill_equations
@@ -385,12 +386,12 @@ def _kinds_used(jaxpr_of, kind_ids, n_jaxprs: int, n_kinds: int):
 
 # Primitives whose equations need a check of their own, beyond arity:
 # name -> the check (the problem, or None). Hi primitives' `_prim` must
-# type the equation (validate.hi_primitive_types); JAX 0.10's boxes and
+# type the equation (shape_rules.hi_primitive_types); JAX 0.10's boxes and
 # logs must be taken and made where their rules expect
 # (hi_mutable.equation_problem).
 _EQUATION_CHECKS = {
-    "call_hi_primitive": validate.hi_primitive_types,
-    "call_hi_primitive_linearized": validate.hi_linearized_types,
+    "call_hi_primitive": shape_rules.hi_primitive_types,
+    "call_hi_primitive_linearized": shape_rules.hi_linearized_types,
     **dict.fromkeys(hi_mutable.PRIMITIVE_NAMES, hi_mutable.equation_problem),
 }
 # Untrusted files also: the characters one debug_print call may print.

@@ -254,6 +254,29 @@ def test_shard_map_collectives(auto_mesh):
   assert_same_vmap(original, loaded, X)
 
 
+def test_shard_map_output_must_vary_over_its_out_spec_axes(auto_mesh):
+  # Found by the fuzzer (campaign seed 104, case 19935): a body output
+  # replaced by a psum over "y" (varying over "x" only) whose out_spec
+  # names "y" passed check=True (JAX's typing rule checks the axes a spec
+  # leaves out) and failed grad inside JAX's transpose of shard_map.
+  fn = jax.shard_map(lambda b: (b * 2.0, jax.lax.psum(b, "y")),
+                     mesh=auto_mesh, in_specs=P("x", "y"),
+                     out_specs=(P("x", "y"), P("x", None)))
+  data = jaxpr_io.dumps(jaxpr_io.trace(fn, X))
+  jaxpr_io.loads(data, check=True)
+  from tests.support import proto_edit  # pylint: disable=g-import-not-at-top
+  msg = proto_edit.message(data)
+  root = msg.closed_jaxprs[msg.root].jaxpr
+  (body,) = [j for i, j in enumerate(msg.jaxprs) if i != root
+             and len(j.outvars) == 2 and len(j.invars) == 1]
+  body.outvars[0] = body.outvars[1]
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"equation 0 \(shard_map\): output 0 of the body "
+                     r"does not vary over the axes \['y'\] that its out_spec "
+                     r"P\('x', 'y'\) names"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data), check=True)
+
+
 def test_shard_map_max_min(auto_mesh):
   # No gradients: JAX has no differentiation rule for pmax/pmin.
   fn = jax.shard_map(
