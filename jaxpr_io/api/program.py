@@ -460,6 +460,8 @@ def _check(program: Program, source: str) -> None:
       ("does not type-check",
        lambda: typecheck.check_sub_jaxprs(closed.jaxpr)),
       ("does not type-check", lambda: shape_rules.check_shapes(closed.jaxpr)),
+      ("does not type-check",
+       lambda: shape_rules.check_mesh_sizes(closed.jaxpr)),
       ("cannot run here", lambda: validate.check_backend_dtypes(
           closed.jaxpr, jax.default_backend())),
       ("cannot be called here", lambda: validate.check_backend_inputs(

@@ -14,6 +14,7 @@ import math
 
 from jaxpr_io import compat
 from jaxpr_io.compat import sharding as compat_sharding
+from jaxpr_io.errors import FormatError
 from jaxpr_io.safety import validate
 
 
@@ -156,3 +157,43 @@ def check_shapes(jaxpr) -> None:
   validate.check_eqns(jaxpr, [
       lambda eqn: (_SHAPE_RULES[eqn.primitive.name](eqn)
                    if eqn.primitive.name in _SHAPE_RULES else None)])
+
+
+# ------------------------------------------------------------ meshes
+def _meshes(value):
+  """The meshes of the (abstract or concrete) mesh and named sharding
+  values in a param value."""
+  if isinstance(value, compat.NamedSharding):
+    yield value.mesh
+  elif isinstance(value, (compat.Mesh, compat.AbstractMesh)):
+    yield value
+  elif type(value) is tuple:
+    for item in value:
+      yield from _meshes(item)
+
+
+def check_mesh_sizes(jaxpr) -> None:
+  """One computation runs on one set of devices (JAX refuses a call whose
+  arguments or shardings disagree: "incompatible devices"), so every mesh
+  a program names, in its types' shardings and in its params, has the same
+  number of devices. A file whose input types name a mesh of 6 devices and
+  whose `jit` names one of 8 passed check=True and failed every call (found
+  by tests/fuzz)."""
+  first = None
+  for sub in validate.walk_jaxprs(jaxpr):
+    avals = [v.aval for v in (*sub.constvars, *sub.invars)]
+    avals += [v.aval for eqn in sub.eqns for v in eqn.outvars]
+    found = [m for a in avals
+             for m in _meshes(getattr(a, "sharding", None))]
+    found += [m for eqn in sub.eqns for value in eqn.params.values()
+              for m in _meshes(value)]
+    for mesh in found:
+      if not mesh.axis_names:
+        continue
+      if first is None:
+        first = mesh
+      elif mesh.size != first.size:
+        raise FormatError(
+            f"the program names meshes of {first.size} and {mesh.size} "
+            f"devices ({first} and {mesh}); one computation runs on one "
+            "set of devices"[:600])

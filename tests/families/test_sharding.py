@@ -138,6 +138,26 @@ def test_traced_at_arrays_committed_to_an_auto_mesh(auto_mesh):
   assert_same_run(original, loaded, x)
 
 
+def test_one_program_names_one_device_count(auto_mesh):
+  # Found by the fuzzer (campaign seed 104, case 32613): an input type's
+  # abstract mesh resized to 2 x 3 devices beside a jit sharded over the
+  # 2 x 4 mesh passed check=True; every call failed ("incompatible
+  # devices"), since no argument of that type runs where the jit does.
+  xs = jax.device_put(X, NamedSharding(auto_mesh, P("x", None)))
+  fn = jax.jit(jnp.sin, in_shardings=NamedSharding(auto_mesh, P("x", None)))
+  data = jaxpr_io.dumps(jaxpr_io.trace(fn, xs))
+  jaxpr_io.loads(data, check=True)
+  from tests.support import proto_edit  # pylint: disable=g-import-not-at-top
+  msg = proto_edit.message(data)
+  (mesh,) = [a.shaped_array.sharding.record.fields[0].record
+             for a in msg.avals if a.shaped_array.HasField("sharding")]
+  assert list(mesh.fields[0].ints.items) == [2, 4]
+  mesh.fields[0].ints.items[1] = 3
+  with pytest.raises(jaxpr_io.FormatError,
+                     match="the program names meshes of 6 and 8 devices"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data), check=True)
+
+
 def test_with_sharding_constraint(auto_mesh):
   def fn(a):
     b = jax.lax.with_sharding_constraint(
