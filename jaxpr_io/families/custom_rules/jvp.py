@@ -101,7 +101,8 @@ def encode_jvp_rule(fun, params: dict):
     # tangents, so `lift_jvp` only ever asks for the all-False pattern.
     patterns = (symbolic_patterns(avals, eqn, "differentiable inputs", True)
                 if eqn.symbolic_zeros else ((False,) * eqn.n_in,))
-    first = _trace_jvp(fun, patterns[0], eqn)
+    first = _trace_jvp(fun, patterns[0], eqn)  # no zeros: the widest
+    patterns = wide.affordable(patterns, first)
   key = _fingerprint(("custom_jvp", debug, eqn.num_consts,
                       eqn.symbolic_zeros, eqn.call_jaxpr, patterns, first))
   if ("jvp", key) in _STATE.definitions:

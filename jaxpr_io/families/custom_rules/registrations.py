@@ -27,7 +27,8 @@ is a symbolic zero):
   passes instantiated tangents, so exactly one rule is stored, for the
   all-False pattern; with `symbolic_zeros=True` the rule is stored for all
   2**n patterns, in `itertools.product((False, True), repeat=n)` order, for
-  at most `MAX_PATTERN_INPUTS` inputs (over it, the widest patterns only:
+  at most `MAX_PATTERN_INPUTS` inputs and `wide.MAX_PATTERN_EQUATIONS`
+  equations in all (over either, the widest patterns only:
   jaxpr_io/families/custom_rules/wide.py).
 * `("jvp_ref", key, debug)`: the rule of an equation inside the rule of a
   definition with the same `key` (a rule that calls its own function, as
@@ -67,7 +68,8 @@ rule logs nothing):
   are none). With `symbolic_zeros=False` cotangents are always
   instantiated and one rule is stored for the all-False pattern; with
   `symbolic_zeros=True` one per pattern (at most `MAX_PATTERN_INPUTS`
-  outputs; over it the no-zero pattern only, see wide.py).
+  outputs and `wide.MAX_PATTERN_EQUATIONS` equations; over either the
+  no-zero pattern only, see wide.py).
 * `("bwd_ref", key, debug)`: recursion, as for `jvp_ref`.
 
 `custom_vjp_call`, param `out_trees` (JAX: `() -> (out_tree, res_tree,

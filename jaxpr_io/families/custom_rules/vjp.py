@@ -199,13 +199,13 @@ class _VjpAnalysis:
                                 self.bwd_debug)
       return
     self._forward()
-    if eqn.symbolic_zeros:
-      self.ct_patterns = wide.stored_patterns(
-          eqn.call_jaxpr.out_avals, eqn, "differentiable outputs", True)
-    else:
-      # `_custom_lin_transpose` instantiates zero cotangents for these.
-      self.ct_patterns = ((False,) * eqn.n_out,)
+    # `_custom_lin_transpose` instantiates zero cotangents without symbolic
+    # zeros; with them, the widest pattern (no zeros) comes first.
+    self.ct_patterns = wide.stored_patterns(
+        eqn.call_jaxpr.out_avals, eqn, "differentiable outputs",
+        True) if eqn.symbolic_zeros else ((False,) * eqn.n_out,)
     self.bwd_rules = [self._trace_bwd(self.ct_patterns[0])]
+    self.ct_patterns = wide.affordable(self.ct_patterns, self.bwd_rules[0])
     self.key = _fingerprint((
         "custom_vjp", self.fwd_debug, self.bwd_debug, eqn.num_consts,
         eqn.symbolic_zeros, eqn.call_jaxpr,

@@ -1,6 +1,7 @@
 """`symbolic_zeros=True` rules with more differentiable inputs (outputs,
-for a backward rule) than `MAX_PATTERN_INPUTS`: stored for their widest
-patterns only, which serve the others when loaded.
+for a backward rule) than `MAX_PATTERN_INPUTS`, and JVP and backward rules
+whose patterns would hold more than `MAX_PATTERN_EQUATIONS` equations:
+stored for their widest patterns only, which serve the others when loaded.
 
 Such a rule is stored once per pattern of symbolic zeros, 2**n jaxprs
 (jaxpr_io/families/custom_rules/registrations.py). Over the limit the
@@ -27,6 +28,26 @@ from typing import Any, Callable
 from jaxpr_io import compat
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.families.custom_rules import common
+from jaxpr_io.safety import validate
+
+
+# A JVP or backward rule whose 2**n patterns would hold more equations
+# than this (sub-jaxprs included) is stored for its widest pattern only, as
+# one over MAX_PATTERN_INPUTS is: an Equinox checkpointed while loop's
+# backward rule has about a thousand per pattern and 8 float outputs.
+MAX_PATTERN_EQUATIONS = 1 << 14
+
+
+def affordable(patterns: tuple, first) -> tuple:
+  """`patterns`, or the first alone (the widest) where the stored rules of
+  them all would hold over MAX_PATTERN_EQUATIONS equations, judged by
+  `first`, the stored rule of the first (a rule that raises is kept)."""
+  if len(patterns) < 2 or len(first) < 3:
+    return patterns
+  closed = first[1]
+  size = sum(len(j.eqns) for j in validate.walk_jaxprs(closed.jaxpr))
+  return patterns if len(patterns) * size <= MAX_PATTERN_EQUATIONS else (
+      patterns[:1])
 
 
 def over_limit(avals) -> bool:

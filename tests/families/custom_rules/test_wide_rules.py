@@ -152,3 +152,56 @@ def test_wide_custom_jvp_matches_the_original():
                   for i, x in enumerate(XS))
   jvp = lambda p: jax.jit(lambda *a: jax.jvp(p, a, tangent))
   assert_bit_identical(jvp(loaded)(*XS), jvp(prog)(*XS))
+
+
+def _three_output_vjp():
+  """A symbolic-zeros custom_vjp of 3 inputs and outputs whose backward
+  rule skips the zero cotangents."""
+  @jax.custom_vjp
+  def f(a, b, c):
+    return jnp.sin(a) * b, jnp.cos(b) * c, a * c
+
+  def fwd(a, b, c):
+    return f(a.value, b.value, c.value), (a.value, b.value, c.value)
+
+  def bwd(res, cts):
+    a, b, c = res
+    zero = jax.custom_derivatives.SymbolicZero
+    da, db, dc = jnp.zeros_like(a), jnp.zeros_like(b), jnp.zeros_like(c)
+    if not isinstance(cts[0], zero):
+      da, db = da + jnp.cos(a) * b * cts[0], db + jnp.sin(a) * cts[0]
+    if not isinstance(cts[1], zero):
+      db, dc = db - jnp.sin(b) * c * cts[1], dc + jnp.cos(b) * cts[1]
+    if not isinstance(cts[2], zero):
+      da, dc = da + c * cts[2], dc + a * cts[2]
+    return da, db, dc
+
+  f.defvjp(fwd, bwd, symbolic_zeros=True)
+  return f
+
+
+def test_a_rule_over_the_equation_budget_stores_its_widest_pattern(
+    monkeypatch):
+  # Few inputs, but a large rule (an Equinox checkpointed while loop's
+  # backward rule: about a thousand equations for each of 2**8 patterns):
+  # over wide.MAX_PATTERN_EQUATIONS in all, the JVP and backward rules are
+  # stored for their widest pattern, which serves the others.
+  from jaxpr_io.families.custom_rules import wide  # pylint: disable=g-import-not-at-top
+  xs = XS[:3]
+  vjp_f, jvp_f = _three_output_vjp(), _wide_jvp()
+  f = lambda *a: (*vjp_f(*a), jvp_f(*a))
+  full = jaxpr_io.loads(jaxpr_io.dumps(jaxpr_io.trace(f, *xs)))
+  assert len(_stored_patterns(full, "bwd")) == 2 ** 3
+  monkeypatch.setattr(wide, "MAX_PATTERN_EQUATIONS", 4)
+  prog = jaxpr_io.trace(f, *xs)
+  loaded = assert_roundtrip(prog)
+  assert _stored_patterns(loaded, "bwd") == [(False,) * 3]
+  eqn, = [e for e in loaded.closed_jaxpr.jaxpr.eqns
+          if e.primitive.name == "custom_jvp_call"]
+  assert sorted(eqn.params["jvp_jaxpr_fun"].f.rules) == [(False,) * 3]
+  assert_bit_identical(jax.jit(loaded)(*xs), jax.jit(prog)(*xs))
+  # Unused outputs (zero cotangents) and unperturbed inputs (zero tangents):
+  # patterns served from the widest one.
+  for argnums, used in (((0,), 1), ((1, 2), 2), ((2,), 4)):
+    grad = lambda p: jax.jit(jax.grad(_loss(p, used), argnums=argnums))
+    assert_bit_identical(grad(loaded)(*xs), grad(prog)(*xs))
