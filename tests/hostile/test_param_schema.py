@@ -81,28 +81,27 @@ def test_sharding_param_set_to_an_int_is_refused():
   assert "param 'sharding'" in message and "int+" in message
 
 
-def test_param_value_of_another_type_is_refused():
-  data = _reduce_sum_file()
-
+def _reduce_sum_axes_error(set_axes) -> str:
+  """The load error of the reduce_sum file whose `axes` value, cleared,
+  `set_axes(msg, value)` rewrites."""
   def mutate(msg):
     _, eqn = _first(msg, "reduce_sum")
     value = h.param(msg, eqn, "axes")
     value.Clear()
-    value.str = h.intern(msg, "1")
-  message = _load_error(h.craft(data, mutate))
+    set_axes(msg, value)
+  return _load_error(h.craft(_reduce_sum_file(), mutate))
+
+
+def test_param_value_of_another_type_is_refused():
+  message = _reduce_sum_axes_error(
+      lambda msg, value: setattr(value, "str", h.intern(msg, "1")))
   assert "param 'axes' of 'reduce_sum'" in message and "str" in message
 
 
 def test_negative_axes_are_out_of_range():
   # JAX binds reduce_sum with canonical, non-negative axes only.
-  data = _reduce_sum_file()
-
-  def mutate(msg):
-    _, eqn = _first(msg, "reduce_sum")
-    value = h.param(msg, eqn, "axes")
-    value.Clear()
-    value.ints.items.append(-1)
-  message = _load_error(h.craft(data, mutate))
+  message = _reduce_sum_axes_error(
+      lambda msg, value: value.ints.items.append(-1))
   assert "param 'axes' of 'reduce_sum'" in message and "tuple/int-" in message
 
 
