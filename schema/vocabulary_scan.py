@@ -204,8 +204,9 @@ WIDENED = {
                              "tuple/tuple/int-", "tuple/tuple/bool",
                              "tuple/tuple/float"),
     "fill_value": ("none", "bool", "int+", "int-", "float"),
-    # Negative padding crops (lax.pad, convolutions, windows).
-    "padding": ("tuple/tuple/int+", "tuple/tuple/int-"),
+    # Negative padding crops (lax.pad, convolutions, windows); "SAME"
+    # padding of a symbolic size is symbolic.
+    "padding": ("tuple/tuple/int+", "tuple/tuple/int-", "tuple/tuple/dim"),
     "padding_config": ("tuple/tuple/int+", "tuple/tuple/int-",
                        "tuple/tuple/dim"),
     # Sizes may be symbolic dimensions in shape-polymorphic programs.

@@ -181,3 +181,24 @@ def test_vmap_of_bfloat16_pad_at_a_symbolic_batch():
                                 jax.vmap(f, in_axes=(0, None))(x, v[0]))
   with pytest.raises(TypeError, match="bfloat16"):
     jax.vmap(loaded)(x.astype(np.float32), v)
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_same_padding_of_a_symbolic_size_at_stride_2(odd):
+  # JAX's `conv_general_dilated_1d_stride_2_even`/`_odd` harnesses from
+  # the shape-polymorphism campaign: "SAME" padding of a symbolic length at
+  # stride 2 is symbolic (floordiv(...)), a kind the param schema lacked,
+  # so the file was refused at load.
+  def f(lhs, rhs):
+    return jax.lax.conv_general_dilated(
+        lhs, rhs, window_strides=(2,), padding="SAME",
+        dimension_numbers=jax.lax.ConvDimensionNumbers(
+            lhs_spec=(0, 2, 1), rhs_spec=(2, 1, 0), out_spec=(0, 2, 1)))
+  b, = _symbolic("b")
+  loaded = _both(f, jax.ShapeDtypeStruct((1, b, 16), jnp.float32),
+                 jax.ShapeDtypeStruct((4, 16, 16), jnp.float32))["loaded"]
+  rhs = _rng.randn(4, 16, 16).astype(np.float32)
+  for n in (13, 15) if odd else (12, 14):
+    lhs = _rng.randn(1, n, 16).astype(np.float32)
+    np.testing.assert_array_equal(jax.jit(loaded)(lhs, rhs),
+                                  jax.jit(f)(lhs, rhs))
