@@ -214,6 +214,7 @@ WIDENED = {
         "shape", "new_sizes", "slice_sizes", "sizes", "start_indices",
         "limit_indices", "fft_lengths", "window_dimensions")},
     "length": ("int+", "dim"),
+    "k": ("int+", "dim"),   # top_k of x.shape[-1] - 1
     # Objects of classes that users, libraries or Pallas backends define
     # (a hi primitive, a remat policy, a kernel's compiler params, a
     # composite's attributes), which their families check: any kind.

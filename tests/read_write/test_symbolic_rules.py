@@ -202,3 +202,15 @@ def test_same_padding_of_a_symbolic_size_at_stride_2(odd):
     lhs = _rng.randn(1, n, 16).astype(np.float32)
     np.testing.assert_array_equal(jax.jit(loaded)(lhs, rhs),
                                   jax.jit(f)(lhs, rhs))
+
+
+def test_top_k_of_a_symbolic_count():
+  # JAX's `lax_top_k` harness: k = x.shape[-1] - 1 is symbolic (b - 1), a
+  # kind the param schema lacked, so the file was refused at load.
+  f = lambda x: jax.lax.top_k(x, x.shape[-1] - 1)
+  b, = _symbolic("b")
+  loaded = _both(f, jax.ShapeDtypeStruct((b,), jnp.float32))["loaded"]
+  for n in (5, 16):
+    x = _rng.randn(n).astype(np.float32)
+    for got, want in zip(jax.jit(loaded)(x), jax.jit(f)(x)):
+      np.testing.assert_array_equal(got, want)
