@@ -215,6 +215,8 @@ WIDENED = {
         "limit_indices", "fft_lengths", "window_dimensions")},
     "length": ("int+", "dim"),
     "k": ("int+", "dim"),   # top_k of x.shape[-1] - 1
+    # approx_top_k's default -1, which vmap makes a non-negative axis.
+    "reduction_dimension": ("int+", "int-"),
     # Objects of classes that users, libraries or Pallas backends define
     # (a hi primitive, a remat policy, a kernel's compiler params, a
     # composite's attributes), which their families check: any kind.

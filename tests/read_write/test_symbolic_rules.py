@@ -214,3 +214,14 @@ def test_top_k_of_a_symbolic_count():
     x = _rng.randn(n).astype(np.float32)
     for got, want in zip(jax.jit(loaded)(x), jax.jit(f)(x)):
       np.testing.assert_array_equal(got, want)
+
+
+def test_approx_top_k_under_vmap():
+  # JAX's `vmap_approx_top_k` harness: vmap turns approx_top_k's
+  # reduction_dimension -1 into 1, a value the param schema lacked.
+  f = jax.vmap(lambda x: jax.lax.approx_max_k(x, 4))
+  b, = _symbolic("b")
+  loaded = _both(f, jax.ShapeDtypeStruct((b, 32), jnp.float32))["loaded"]
+  x = _rng.randn(3, 32).astype(np.float32)
+  for got, want in zip(jax.jit(loaded)(x), jax.jit(f)(x)):
+    np.testing.assert_array_equal(got, want)
