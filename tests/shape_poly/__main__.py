@@ -77,6 +77,10 @@ def main(argv=None) -> int:
                       help="only the harnesses whose name's CRC-32 is 0 "
                            "modulo K (deterministic; default: all)")
   parser.add_argument("--skip-saved-model", action="store_true")
+  parser.add_argument("--skip-done", default=None, metavar="JSONL",
+                      help="leave out the harnesses this JSON lines file "
+                           "(an earlier --out) holds: resume a run, or "
+                           "run the rest of the list after a sample")
   parser.add_argument("--out", default=None, help="JSON lines, per harness")
   parser.add_argument("--summary", default=None,
                       help="only summarize this JSON lines file")
@@ -105,6 +109,10 @@ def main(argv=None) -> int:
           continue
       kept.append(h)
     harnesses = kept
+  if args.skip_done:
+    with open(args.skip_done) as f:
+      done = {json.loads(line)["name"] for line in f if line.strip()}
+    harnesses = [h for h in harnesses if h.fullname not in done]
   if args.limit:
     harnesses = harnesses[:args.limit]
   out = open(args.out, "w") if args.out else None
