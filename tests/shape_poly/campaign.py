@@ -209,10 +209,17 @@ def _random_like(rng, arg, shape):
   return rng.randint(lo, hi + 1, size=shape).astype(dtype)
 
 
+def _canonical(a) -> np.ndarray:
+  """`a` as `jit` passes it to the program: a harness's int64 index array
+  is int32 unless x64 is on (a TensorFlow signature does not convert)."""
+  a = np.asarray(a)
+  return a.astype(jax.dtypes.canonicalize_dtype(a.dtype))
+
+
 def _saved_model_call(tf, directory, flat_args):
   model = tf.saved_model.load(directory)
   fn = model.signatures["serving_default"]
-  outs = fn(**{f"arg{i}": tf.constant(np.asarray(a))
+  outs = fn(**{f"arg{i}": tf.constant(_canonical(a))
                for i, a in enumerate(flat_args)})
   return [outs[f"out{i}"].numpy() for i in range(len(outs))]
 
@@ -299,7 +306,7 @@ class _Harness:
                  for s in self.specs]
     concrete = tf.function(f_tf, autograph=False,
                            input_signature=signature).get_concrete_function()
-    outs = concrete(*[tf.constant(np.asarray(a)) for a in self.args])
+    outs = concrete(*[tf.constant(_canonical(a)) for a in self.args])
     outs = [np.asarray(o) for o in tf.nest.flatten(outs)]
     assert_close(outs, jax.tree_util.tree_leaves(self.jit(*self.args)),
                  self.tol)
