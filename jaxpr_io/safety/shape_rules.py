@@ -77,10 +77,16 @@ def hi_primitive_types(eqn) -> str | None:
   whose constructor arguments disagree with its outputs is refused on every
   load (equations.build), not only by check=True."""
   prim = eqn.params.get("_prim")
-  for what, verb, atoms, expected in (
+  return _prim_types(prim, (
       ("input", "takes", eqn.invars, getattr(prim, "in_avals_flat", ())),
       ("output", "returns", eqn.outvars,
-       getattr(prim, "out_avals_flat", ()))):
+       getattr(prim, "out_avals_flat", ()))))
+
+
+def _prim_types(prim, sides) -> str | None:
+  """The first atom of `sides` ((what, verb, atoms, the types `prim` gives
+  them), ...) whose type is not the one `prim` gives it, described."""
+  for what, verb, atoms, expected in sides:
     for i, (atom, want) in enumerate(zip(atoms, expected)):
       if not _same_type(atom.aval, want):
         return (f"{what} {i} has type {atom.aval}, but its '_prim' "
@@ -98,17 +104,14 @@ def hi_linearized_types(eqn) -> str | None:
   prim, params = eqn.params["_prim"], eqn.params
   n_out_prim = len(prim.out_avals_flat)
   n_res = params["residuals_tree"].num_leaves
-  for what, verb, atoms, avals, flags in (
-      ("tangent input", "takes", eqn.invars[n_res:], prim.in_avals_flat,
-       params["nz_in_flat"]),
-      ("output", "returns", eqn.outvars, prim.out_avals_flat,
-       params.get("nz_out_flat", (True,) * n_out_prim))):
-    expected = [a.to_tangent_aval() for a, nz in zip(avals, flags) if nz]
-    for i, (atom, want) in enumerate(zip(atoms, expected)):
-      if not _same_type(atom.aval, want):
-        return (f"{what} {i} has type {atom.aval}, but its '_prim' "
-                f"({type(prim).__name__}) {verb} {want}")
-  return None
+  tangents = lambda avals, flags: [
+      a.to_tangent_aval() for a, nz in zip(avals, flags) if nz]
+  return _prim_types(prim, (
+      ("tangent input", "takes", eqn.invars[n_res:],
+       tangents(prim.in_avals_flat, params["nz_in_flat"])),
+      ("output", "returns", eqn.outvars,
+       tangents(prim.out_avals_flat,
+                params.get("nz_out_flat", (True,) * n_out_prim)))))
 
 
 def _conv_windows(eqn) -> str | None:
