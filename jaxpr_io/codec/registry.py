@@ -12,6 +12,7 @@ before `dumps`/`loads`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from typing import Any, Callable, Generic, Hashable, TypeVar
@@ -307,6 +308,44 @@ def equation_in_avals() -> tuple | None:
   """The input types of the equation whose params are being encoded, for a
   param codec registered with `needs_in_avals=True`; None for other codecs."""
   return EQUATION_INPUTS.in_avals
+
+
+class _WrittenProgram(threading.local):
+  """The program the outermost writer of this thread is writing, and what
+  codecs computed once about it (`written_program_cache`)."""
+
+  def __init__(self):
+    self.program = None  # (closed jaxpr, in_tree)
+    self.cache: dict[str, Any] = {}
+
+
+_WRITTEN = _WrittenProgram()
+
+
+@contextlib.contextmanager
+def writing_program(closed, in_tree):
+  """The context in which the writer writes the program `closed` (with
+  inputs `in_tree`); a nested one (a value encoded apart) changes nothing."""
+  if _WRITTEN.program is not None:
+    yield
+    return
+  _WRITTEN.program, _WRITTEN.cache = (closed, in_tree), {}
+  try:
+    yield
+  finally:
+    _WRITTEN.program, _WRITTEN.cache = None, {}
+
+
+def written_program() -> tuple | None:
+  """(closed jaxpr, in_tree) of the program being written, or None (a
+  value encoded apart from any program)."""
+  return _WRITTEN.program
+
+
+def written_program_cache() -> dict:
+  """A dict that lives while the current program is written: for analyses
+  of the whole program that codecs compute once (key: the module's name)."""
+  return _WRITTEN.cache
 
 
 # The writer's class (jaxpr_io/write/writer.py sets it): a param codec that

@@ -30,6 +30,8 @@ from jax._src import custom_derivatives
 from jax._src import linear_util as lu
 from jax._src.interpreters import partial_eval as pe
 
+from jaxpr_io import compat
+
 custom_jvp_call_p = custom_derivatives.custom_jvp_call_p
 custom_vjp_call_p = custom_derivatives.custom_vjp_call_p
 
@@ -139,3 +141,60 @@ def dce_jaxpr(jaxpr, used_outputs: Sequence[bool]):
 def flat_treedef(num_leaves: int):
   """A tuple treedef of `num_leaves` leaves."""
   return jax.tree_util.tree_structure((0,) * num_leaves)
+
+
+def recording(fun: WrappedFun, record: Callable[[tuple], None]) -> WrappedFun:
+  """A rule (`jvp_jaxpr_fun`, `bwd`) that calls `record(args)` and then
+  `fun` on them (a backward rule so wrapped takes no gradient accumulators
+  on JAX 0.12; it computes the same cotangents)."""
+
+  def call(*args):
+    record(args)
+    return fun.call_wrapped(*args)
+  return lu.wrap_init(call, debug_info=fun.debug_info)
+
+
+def with_params(closed, replace: Callable[[Any], dict | None]):
+  """`closed` rebuilt with the params of each equation, nested ones too (in
+  params that hold jaxprs or tuples of them), that `replace(eqn)` returns
+  (None: unchanged). Unchanged jaxprs are the same objects."""
+  memo: dict[int, tuple] = {}  # id -> (original, rebuilt): ids stay taken
+
+  def visit(value):
+    if type(value) is tuple:
+      items = tuple(map(visit, value))
+      return value if all(a is b for a, b in zip(items, value)) else items
+    if not compat.is_jaxpr(value):
+      return value
+    if id(value) in memo:
+      return memo[id(value)][1]
+    if compat.is_closed_jaxpr(value) and not compat.MERGED_JAXPRS:
+      inner = visit(value.jaxpr)
+      new = value if inner is value.jaxpr else core.ClosedJaxpr(
+          inner, value.consts)
+    else:
+      eqns, changed = [], False
+      for eqn in value.eqns:
+        params = replace(eqn) or eqn.params
+        params = {k: visit(v) for k, v in params.items()}
+        if any(params[k] is not v for k, v in eqn.params.items()):
+          eqn, changed = eqn.replace(params=params), True
+        eqns.append(eqn)
+      new = value.replace(eqns=eqns) if changed else value
+    memo[id(value)] = (value, new)
+    return new
+  return visit(closed)
+
+
+def call_fresh(thunk: WrappedFun, *pattern):
+  """Calls a forward-rule thunk that JAX memoizes (`pe._memoize`) as if for
+  the first time. A fresh call resets and refills the stores of the
+  function it traces, which `out_trees` and the backward rule read; a
+  remembered call touches nothing, so they hold what the last fresh call
+  left (nothing, if it raised)."""
+  f = thunk.f
+  cells = dict(zip(getattr(getattr(f, "__code__", None), "co_freevars", ()),
+                   getattr(f, "__closure__", None) or ())).get("cells")
+  if cells is not None and type(cells.cell_contents) is dict:
+    cells.cell_contents.pop(tuple(pattern), None)
+  return thunk.call_wrapped(*pattern)

@@ -22,7 +22,8 @@ __version__ = "0.1.0"
 #   6 (2026-11-25): kernel memory spaces of arrays (kernel_memory_space)
 #   7 (2026-11-25): futures, pinned linear values, array layouts
 #   8 (2026-11-26): hijax boxes and logs (Aval.hi_mutable, Jaxpr.qdds)
-FORMAT_VERSION = 8
+#   9 (2026-11-27): backward rules stored with constant residuals
+FORMAT_VERSION = 9
 OLDEST_READABLE_FORMAT_VERSION = 1
 
 # SHA-256 of the compiled schema descriptor (jaxpr_io/format/_proto/jaxpr.desc)
@@ -37,4 +38,7 @@ SCHEMA_FINGERPRINTS = {
     6: "c52b2ef5be61a42996fd493238a7a59f5eb3341cbd7062481f166a467a75e435",
     7: "1675cec0211fbe4e0d0ad4c9e8fb0c0f77ae4a11ca84930f9b7c3486fa3b3d75",
     8: "1723ab128d2fb4b20d7203e42a89c23202a633248c1a99ef605f4bd392be6d8d",
+    # 9 changed the stored form of a param (custom_vjp's `bwd`), not the
+    # schema.
+    9: "1723ab128d2fb4b20d7203e42a89c23202a633248c1a99ef605f4bd392be6d8d",
 }

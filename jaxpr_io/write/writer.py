@@ -409,6 +409,11 @@ class Writer:
   # ------------------------------------------------------------ program
   def program(self, closed, in_tree, out_tree,
               metadata: dict[str, str]) -> None:
+    with registry.writing_program(closed, in_tree):
+      self._program(closed, in_tree, out_tree, metadata)
+
+  def _program(self, closed, in_tree, out_tree,
+               metadata: dict[str, str]) -> None:
     msg = self.msg
     msg.format_version = version.FORMAT_VERSION
     msg.producer.jaxpr_io_version = version.__version__

@@ -14,6 +14,7 @@ import glob
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -29,6 +30,9 @@ RELEASES = ("0.10.2", "0.11.2", "0.12.0.1")
 # Cases of JAX 0.10's boxes and logs (format version 8), which releases
 # without jax._src.hijax.Box refuse.
 NEEDS_BOXES = frozenset({"hijax_boxes"})
+# The argnums of the cases whose files store the original's gradient
+# (tests/golden/make_golden.py's GRADS).
+_GRADS = {"perturbed_flags": 0}
 
 
 def _format_version(path):
@@ -70,6 +74,18 @@ def test_golden_file(path):
     np.testing.assert_allclose(np.asarray(out, np.float64),
                                np.asarray(data[f"out{i}"], np.float64),
                                rtol=1e-6, atol=1e-6)
+  grads = sorted((f for f in data.files if f.startswith("grad")),
+                 key=lambda f: int(f[4:]))
+  if grads:  # the original's gradient (make_golden.py's GRADS)
+    argnums = _GRADS[os.path.basename(stem)]
+    got = jax.tree_util.tree_leaves(jax.grad(lambda *a: sum(
+        jnp.sum(o) for o in jax.tree_util.tree_leaves(prog(*a, **kwargs))),
+                                             argnums=argnums)(*args))
+    assert len(got) == len(grads)
+    for g, name in zip(got, grads):
+      np.testing.assert_allclose(np.asarray(g, np.float64),
+                                 np.asarray(data[name], np.float64),
+                                 rtol=1e-6, atol=1e-6)
   if prog.producer["jax_version"] != jax.__version__:
     return
   with open(stem + ".txt") as f:

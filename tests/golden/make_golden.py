@@ -165,6 +165,38 @@ def hijax_boxes(x, y):
   return final["acc"] + t, final["n"]
 
 
+@jax.custom_vjp
+def _flagged(a, b):
+  return jnp.sin(a) * b
+
+
+def _flagged_fwd(a, b):
+  perturbed = (a.perturbed, b.perturbed)
+  return _flagged(a.value, b.value), (a.value, b.value, perturbed)
+
+
+def _flagged_bwd(res, ct):
+  a, b, (a_perturbed, b_perturbed) = res
+  if b_perturbed:
+    raise ValueError("b cannot be differentiated")
+  return (jnp.cos(a) * b * ct if a_perturbed else None, None)
+
+
+_flagged.defvjp(_flagged_fwd, _flagged_bwd, symbolic_zeros=True)
+
+
+def perturbed_flags(a, b):
+  # From version 9: a backward rule that branches on the `perturbed` flags
+  # its forward rule returns (as Equinox's do), stored as JAX called it
+  # with them when the writer differentiated the program: by `a` (a rule),
+  # and by `b` or both (the rule's error). GRADS checks the first.
+  return _flagged(a, b) + a
+
+
+# Cases whose files must also give the original's gradient (by these
+# argnums) of the sum of their outputs, stored as grad0, ...
+GRADS = {"perturbed_flags": 0}
+
 CASES = {
     "mlp_constants": (closed_mlp, (_rng.randn(4, 6).astype(np.float32),), {}),
     "control_flow": (control_flow, (_rng.randn(5, 3).astype(np.float32),
@@ -193,6 +225,10 @@ CASES = {
     # From version 7.
     "async_collectives": (async_collectives,
                           (_rng.randn(4, 3).astype(np.float32),), {}),
+    # From version 9.
+    "perturbed_flags": (perturbed_flags, (_rng.randn(5).astype(np.float32),
+                                          _rng.randn(5).astype(np.float32)),
+                        {}),
 }
 # From version 8, where this JAX has boxes (JAX 0.10).
 if compat_hi_mutable.SUPPORTED:
@@ -215,6 +251,12 @@ def main():
     flat_out = jax.tree_util.tree_leaves(fn(*args, **kwargs))
     arrays = {f"arg{i}": np.asarray(a) for i, a in enumerate(flat_in)}
     arrays.update({f"out{i}": np.asarray(o) for i, o in enumerate(flat_out)})
+    if name in GRADS:
+      grads = jax.grad(lambda *a: sum(  # pylint: disable=cell-var-from-loop
+          jnp.sum(o) for o in jax.tree_util.tree_leaves(fn(*a, **kwargs))),
+                       argnums=GRADS[name])(*args)
+      arrays.update({f"grad{i}": np.asarray(g) for i, g in
+                     enumerate(jax.tree_util.tree_leaves(grads))})
     np.savez(os.path.join(out_dir, f"{name}.npz"), **arrays)
     print("wrote", name)
 

@@ -81,7 +81,7 @@ const JAXPR_SCHEMA = {
    "TUPLE": 3
   }
  },
- "format_version": 8,
+ "format_version": 9,
  "messages": {
   "AbstractFuture": {
    "1": [

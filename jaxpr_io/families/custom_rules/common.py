@@ -31,6 +31,9 @@ VJP_PRIMITIVE = "custom_vjp_call"
 # With symbolic_zeros=True a rule is stored once per pattern of zeros:
 # 2**n jaxprs for n inputs (or outputs, for bwd). n is capped at this.
 MAX_PATTERN_INPUTS = 8
+# A backward rule may be stored this many more times, each with the
+# constant residuals JAX called it with (bwd_table.py).
+MAX_CALLS_WITH_VALUES = 1 << MAX_PATTERN_INPUTS
 _MAX_KEY_LENGTH = 64
 # What nested rules encode as while a definition's key is being hashed.
 _PLACEHOLDER = "jaxpr_io.families.custom_rules.registrations.nested_rule"
@@ -224,9 +227,9 @@ def _marked_definition(value: tuple) -> tuple:
 def mark_bwd_rules(rules: tuple) -> tuple:
   """Stored backward rules with their `zero_types` marked open."""
   return tuple(
-      rule if len(rule) == 2  # a pattern the rule raises for
+      rule if len(rule) in (2, 3)  # a pattern the rule raises for
       else (rule[0], rule[1], rule[2],
-            None if rule[3] is None else _OpenJaxpr(rule[3]))
+            None if rule[3] is None else _OpenJaxpr(rule[3]), *rule[4:])
       for rule in rules)
 
 
@@ -286,19 +289,29 @@ def _bools(value, n: int, what: str) -> tuple[bool, ...]:
   return value
 
 
-def _check_rule_count(rules, eqn: _Eqn, n: int, what: str) -> None:
+def _check_rule_count(rules, eqn: _Eqn, n: int, what: str,
+                      with_values: bool = False) -> None:
   """1 to 2**n rules (one without symbolic zeros); none exactly when the
-  equation has no inputs (see `_inputless_key`)."""
+  equation has no inputs (see `_inputless_key`). `with_values`: backward
+  rules, which may hold up to MAX_CALLS_WITH_VALUES more, stored with
+  constant residuals (bwd_table.py)."""
   if type(rules) is not tuple:
     raise FormatError(f"the {what}s are not a tuple")
   if not eqn.in_avals:
     if rules:
       raise FormatError(f"an equation without inputs has no {what}s")
     return
+  valued = sum(type(r) is tuple and len(r) in (3, 5)
+               for r in rules) if with_values else 0
+  if valued > (MAX_CALLS_WITH_VALUES if eqn.symbolic_zeros else 0):
+    raise FormatError(f"the {what} of {eqn.name!r} holds {valued} rules "
+                      "stored with constant residuals, over "
+                      f"{MAX_CALLS_WITH_VALUES} (or any, without symbolic "
+                      "zeros)")
   limit = 1 << min(n, MAX_PATTERN_INPUTS) if eqn.symbolic_zeros else 1
-  if not 0 < len(rules) <= limit:
+  if not 0 < len(rules) - valued <= limit:
     raise FormatError(f"the {what} of {eqn.name!r} needs 1 to {limit} "
-                      f"jaxprs, not {len(rules)}")
+                      f"jaxprs, not {len(rules) - valued}")
 
 
 def _closed(value, what: str):
@@ -499,5 +512,5 @@ def _decode_stored(stored, params: dict, family: str, kind: str, what: str,
     return eqn, key, debug_info, None, _wrap(ref_cls(stored, key, eqn),
                                                debug_info)
   n_pattern = eqn.n_out if kind == "bwd" else eqn.n_in
-  _check_rule_count(stored[3], eqn, n_pattern, what)
+  _check_rule_count(stored[3], eqn, n_pattern, what, kind == "bwd")
   return eqn, key, debug_info, stored[3], None

@@ -95,6 +95,9 @@ def encode_jvp_rule(fun, params: dict):
     rules = tuple(wide.widest_rules(
         avals, True, lambda p: _trace_jvp(fun, p, eqn),
         lambda rule: len(rule) == 2))
+    widest = tuple(rule[0] for rule in rules)
+    rules += tuple(_trace_jvp(fun, p, eqn)
+                   for p in wide.with_requested(widest, fun)[len(widest):])
     patterns, first = tuple(rule[0] for rule in rules), rules[0]
   else:
     # Without symbolic zeros, JVPTrace and LinearizeTrace instantiate zero
@@ -102,7 +105,7 @@ def encode_jvp_rule(fun, params: dict):
     patterns = (symbolic_patterns(avals, eqn, "differentiable inputs", True)
                 if eqn.symbolic_zeros else ((False,) * eqn.n_in,))
     first = _trace_jvp(fun, patterns[0], eqn)  # no zeros: the widest
-    patterns = wide.affordable(patterns, first)
+    patterns = wide.affordable(patterns, first, fun)
   key = _fingerprint(("custom_jvp", debug, eqn.num_consts,
                       eqn.symbolic_zeros, eqn.call_jaxpr, patterns, first))
   if ("jvp", key) in _STATE.definitions:

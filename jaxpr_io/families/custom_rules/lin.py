@@ -46,6 +46,7 @@ from typing import Any
 
 from jaxpr_io import compat
 from jaxpr_io.families.custom_rules import common as custom_rule_common
+from jaxpr_io.families.custom_rules import bwd_table
 from jaxpr_io.families.custom_rules import vjp as custom_vjp
 from jaxpr_io.families.custom_rules import wide
 from jaxpr_io.codec import registry
@@ -57,7 +58,7 @@ PRIMITIVE = "custom_lin"
 
 
 class _LinEqn:
-  """What the backward-rule helpers of custom_vjp.py use of an equation:
+  """What the backward-rule helpers of bwd_table.py use of an equation:
   the function's name for messages, and the rule's shape."""
 
   __slots__ = ("kind", "name", "n_in", "n_out", "symbolic_zeros")
@@ -83,7 +84,7 @@ class _LinBwd:
     self.eqn = eqn
 
   def __call__(self, *args):
-    return custom_vjp.call_bwd_table(self.table, self.eqn.n_out,
+    return bwd_table.call_bwd_table(self.table, self.eqn.n_out,
                                      self.eqn.symbolic_zeros,
                                      self.eqn.name, args)
 
@@ -134,12 +135,12 @@ def encode_bwd(fun, params: dict):
   ct_avals = [a.to_ct_aval() for a in out_avals]
   if symbolic_zeros:
     patterns = wide.stored_patterns(
-        ct_avals, eqn, "differentiable outputs", True)
+        ct_avals, eqn, "differentiable outputs", True, fun)
   else:
     # JAX instantiates zero cotangents for these rules (0.10's
     # `_custom_lin_transpose`; from 0.11 on the rule itself does).
     patterns = ((False,) * eqn.n_out,)
-  rules = tuple(custom_vjp.trace_bwd(fun, eqn, list(in_avals[:num_res]),
+  rules = tuple(bwd_table.trace_bwd(fun, eqn, list(in_avals[:num_res]),
                                      ct_avals, p) for p in patterns)
   return _marked(("lin_bwd", debug, eqn.n_in, eqn.n_out, rules))
 
@@ -161,7 +162,7 @@ def decode_bwd(stored, params: dict):
     raise FormatError(f"the custom_lin backward rule needs 1 to {limit} "
                       f"jaxprs, not {len(rules)}")
   eqn = _LinEqn(debug_info.func_name, n_in, n_out, symbolic_zeros)
-  table, n_res = custom_vjp.decode_bwd_table(rules, eqn)
+  table, n_res = bwd_table.decode_bwd_table(rules, eqn)
   rule = _LinBwd(stored, table, n_res, eqn)
   bwd = compat_custom_rules.wrap_init(rule, debug_info)
   _cross_check(dict(params, bwd=bwd))

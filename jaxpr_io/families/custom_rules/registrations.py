@@ -69,7 +69,19 @@ rule logs nothing):
   instantiated and one rule is stored for the all-False pattern; with
   `symbolic_zeros=True` one per pattern (at most `MAX_PATTERN_INPUTS`
   outputs and `wide.MAX_PATTERN_EQUATIONS` equations; over either the
-  no-zero pattern only, see wide.py).
+  no-zero pattern only, see wide.py). A rule that raises for a pattern is
+  `(ct_zeros, error)`. From version 9, with `symbolic_zeros=True`, up to
+  `MAX_CALLS_WITH_VALUES` more entries `(ct_zeros, bwd, cts_in_zeros,
+  zero_types, values)` or `(ct_zeros, error, values)`: the rule traced
+  with some residuals the constants `values` (one per residual: a numpy
+  bool, int or float scalar, or None; at least one scalar), as JAX called
+  it when the writer differentiated the program (bwd_table.py,
+  requests.py). A reader MUST use such an entry only where it is called
+  with those constants (concrete scalars of the same kind and value), and
+  otherwise the plain entry of `ct_zeros` or one covering it. The JVP rule
+  and forward rule of a rule over the limits above are likewise stored for
+  the patterns JAX asked for, beside the widest (plain entries: no new
+  form).
 * `("bwd_ref", key, debug)`: recursion, as for `jvp_ref`.
 
 `custom_vjp_call`, param `out_trees` (JAX: `() -> (out_tree, res_tree,

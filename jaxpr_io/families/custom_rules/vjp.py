@@ -1,8 +1,7 @@
-"""`custom_vjp_call`'s `fwd_jaxpr_thunk`, `bwd` and `out_trees`: forward and
-backward rules stored as jaxprs per pattern (format: registrations.py),
-traced once per equation, loaded as rules returning them, residual counts
-cross-checked. `trace_bwd`, `decode_bwd_table`, `call_bwd_table` are public
-(lin.py stores custom_lin's backward rule the same way)."""
+"""`custom_vjp_call`'s `fwd_jaxpr_thunk`, `bwd` and `out_trees`: rules
+stored as jaxprs per pattern (format: registrations.py), traced once per
+equation, loaded as rules returning them, residual counts cross-checked.
+Backward rules are traced, read and called by bwd_table.py."""
 
 from __future__ import annotations
 
@@ -16,7 +15,9 @@ from jaxpr_io.families.custom_rules.common import (
     _decode_stored, _Definer, _Definition, encode_debug, _Eqn, _fingerprint,
     _inputless_key, _link_refs, _loaded, _pattern_detail, _PLACEHOLDER,
     raised_error, RaisingRule, _Ref, _rule_failed, _STATE, _wrap)
+from jaxpr_io.families.custom_rules import bwd_table
 from jaxpr_io.families.custom_rules import common
+from jaxpr_io.families.custom_rules import requests
 from jaxpr_io.families.custom_rules import wide
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.compat import specialize
@@ -60,40 +61,6 @@ class _FwdRule(_Definer):
     return rule
 
 
-def call_bwd_table(table: dict, n_out: int, symbolic_zeros: bool, name: str,
-                   args) -> Any:
-  """What a `bwd` rebuilt from `table` (`decode_bwd_table`) returns for
-  residuals and `n_out` output cotangents `args`: the input cotangents
-  (some `ad.Zero`), in the form the running release expects."""
-  n_res = len(args) - n_out
-  res, cts = args[:n_res], args[n_res:]
-  if symbolic_zeros:
-    pattern = tuple(compat_custom_rules.is_zero(c) for c in cts)
-    nonzero = [c for c in cts if not compat_custom_rules.is_zero(c)]
-  else:
-    # JAX instantiates cotangents for these rules; so do we, should a
-    # caller pass a symbolic zero anyway.
-    pattern = (False,) * n_out
-    nonzero = [compat_custom_rules.zeros_like_aval(c.aval) if compat_custom_rules.is_zero(c) else c
-               for c in cts]
-  rule = table.get(pattern)
-  widened = None if rule else wide.widened_cotangents(table, pattern, cts)
-  if widened is not None:  # over MAX_PATTERN_INPUTS outputs
-    rule, nonzero = widened
-  if rule is None:
-    raise UnsupportedError(
-        f"the backward rule of custom_vjp function {name!r} was "
-        f"saved for the zero-cotangent patterns {sorted(table)}, but "
-        f"JAX asks for {pattern}")
-  if type(rule) is RaisingRule:
-    rule.throw()
-  jaxpr, consts, mask, zero_avals = rule
-  outs = iter(compat_custom_rules.eval_jaxpr(jaxpr, consts, *res, *nonzero))
-  zeros = iter(zero_avals)
-  return compat_custom_rules.bwd_result([compat_custom_rules.Zero(next(zeros)) if z else next(outs)
-                         for z in mask])
-
-
 class _BwdRule(_Definer):
   """`bwd`: (*residuals, *cotangents) -> input cotangents (some ad.Zero)."""
 
@@ -101,7 +68,7 @@ class _BwdRule(_Definer):
   __slots__ = ("rules", "record", "n_res", "n_out", "symbolic_zeros")
 
   def __call__(self, *args):
-    return call_bwd_table(self.rules, self.n_out, self.symbolic_zeros,
+    return bwd_table.call_bwd_table(self.rules, self.n_out, self.symbolic_zeros,
                           self.eqn_name, args)
 
 
@@ -126,7 +93,7 @@ class SpecializedBwd:
           sp.jaxpr(rule[0]), rule[1], rule[2], [sp.aval(a) for a in rule[3]])
                for pattern, rule in table.items()}
       self.parts = (table, n_out, symbolic_zeros, name)
-    return call_bwd_table(*self.parts, args)
+    return bwd_table.call_bwd_table(*self.parts, args)
 
 
 def _bwd_parts(rule: "_BwdRule") -> tuple:
@@ -192,6 +159,8 @@ class _VjpAnalysis:
                              "is not callable")
     self.fwd_debug = encode_debug(self.fwd_fun.debug_info)
     self.bwd_debug = encode_debug(self.bwd_fun.debug_info)
+    self.calls_with_values, self.with_values = (), None
+    self.refreshed = False
     if not eqn.in_avals:
       self.fwd_rules, self.out_info, self.res_avals = (), (0, 0, ()), []
       self.ct_patterns, self.bwd_rules = (), []
@@ -202,15 +171,25 @@ class _VjpAnalysis:
     # `_custom_lin_transpose` instantiates zero cotangents without symbolic
     # zeros; with them, the widest pattern (no zeros) comes first.
     self.ct_patterns = wide.stored_patterns(
-        eqn.call_jaxpr.out_avals, eqn, "differentiable outputs",
-        True) if eqn.symbolic_zeros else ((False,) * eqn.n_out,)
+        eqn.call_jaxpr.out_avals, eqn, "differentiable outputs", True,
+        self.bwd_fun) if eqn.symbolic_zeros else ((False,) * eqn.n_out,)
     self.bwd_rules = [self._trace_bwd(self.ct_patterns[0])]
-    self.ct_patterns = wide.affordable(self.ct_patterns, self.bwd_rules[0])
+    self.ct_patterns = wide.affordable(self.ct_patterns, self.bwd_rules[0],
+                                       self.bwd_fun)
+    # The calls with constant residuals JAX made (bwd_table.py), if the
+    # forward rules return any.
+    self.calls_with_values = requests.requested_with_residuals(
+        self.bwd_fun)[:common.MAX_CALLS_WITH_VALUES] if (
+            eqn.symbolic_zeros) and any(
+            type(r[1]) is not tuple and wide.constant_residuals(
+                r[1].jaxpr, self.out_info[2]) for r in self.fwd_rules) else ()
     self.key = _fingerprint((
         "custom_vjp", self.fwd_debug, self.bwd_debug, eqn.num_consts,
         eqn.symbolic_zeros, eqn.call_jaxpr,
         tuple(p for p, _ in self.fwd_rules), self.fwd_rules[0][1],
-        self.out_info, self.bwd_rules[0]))
+        self.out_info, self.bwd_rules[0],
+        *((tuple(c[:2] for c in self.calls_with_values),)
+          if self.calls_with_values else ())))
 
   def _forward(self) -> None:
     eqn = self.eqn
@@ -223,6 +202,9 @@ class _VjpAnalysis:
     elif wide.over_limit(avals):
       rules = wide.widest_rules(avals, False, lambda p: self._trace_fwd(p, p),
                                 lambda rule: type(rule[1]) is tuple)
+      widest = tuple(rule[0] for rule in rules)
+      rules += [self._trace_fwd(p, p) for p in wide.with_requested(
+          widest, self.fwd_fun)[len(widest):]]
     else:
       rules = [self._trace_fwd(p, p) for p in common.symbolic_patterns(
           avals, eqn, "differentiable inputs", False)]
@@ -243,7 +225,9 @@ class _VjpAnalysis:
     `pattern`, or `(key, error)` where it raises (symbolic zeros)."""
     eqn = self.eqn
     try:
-      jaxpr, consts = self.fwd_fun.call_wrapped(*pattern)
+      # Fresh: `out_trees` reads what this call stores (the probes of
+      # requests.py, or an earlier dumps, may have made it before).
+      jaxpr, consts = compat_custom_rules.call_fresh(self.fwd_fun, *pattern)
       out_tree, res_tree, input_fwds = self.out_trees()
     except UnsupportedError:
       raise
@@ -285,81 +269,34 @@ class _VjpAnalysis:
           "rule, so the residuals must not depend on the pattern")
     return (key, closed)
 
-  def _trace_bwd(self, pattern) -> tuple:
+  def _trace_bwd(self, pattern, values=None) -> tuple:
     eqn = self.eqn
+    if requests.probed() and not self.refreshed:
+      # The backward rule reads what the forward rule's last fresh call
+      # stored: make that the call of the rule the analysis keeps again.
+      self.refreshed = True
+      kept = self.fwd_rules[0][0]
+      compat_custom_rules.call_fresh(
+          self.fwd_fun, *((True,) * eqn.n_in if kept is None else kept))
     # `_custom_lin_transpose` passes cotangents of these types.
     ct_avals = [a.to_ct_aval() for a in eqn.call_jaxpr.out_avals]
-    return trace_bwd(self.bwd_fun, eqn, self.res_avals, ct_avals, pattern,
-                     self.res_values)
+    return bwd_table.trace_bwd(self.bwd_fun, eqn, self.res_avals, ct_avals,
+                               pattern, values or self.res_values)
 
   def all_bwd_rules(self) -> tuple:
     while len(self.bwd_rules) < len(self.ct_patterns):
       self.bwd_rules.append(
           self._trace_bwd(self.ct_patterns[len(self.bwd_rules)]))
-    return tuple(self.bwd_rules)
-
-
-def trace_bwd(bwd, eqn, res_avals, ct_avals, pattern,
-              res_values=None) -> tuple:
-  """A stored backward rule for one pattern of zero cotangents `pattern`:
-  `(pattern, closed jaxpr, cts_in_zeros, zero_types)`, or `(pattern,
-  error)` when the rule raises as it is traced (see
-  jaxpr_io/families/custom_rules/registrations.py). `bwd` is called on residuals of types
-  `res_avals` and the cotangents of types `ct_avals` (symbolic zeros where
-  `pattern` says) and must return `eqn.n_in` input cotangents; `eqn` names
-  the function in messages (`kind`, `name`). `res_values`, where given,
-  holds per residual the constant the stored forward rule returns for it
-  (or None): `bwd` sees those values, as it does in JAX (whose transpose
-  passes the forward jaxpr's literals), where abstract residuals would make
-  a rule that branches on them in Python (Equinox's `perturbed` flags)
-  fail to trace; the traced jaxpr still takes every residual."""
-  n_res = len(res_avals)
-  zeros: list = []
-
-  def backward(*args):
-    nonzero = iter(args[n_res:])
-    cts = [compat_custom_rules.SymbolicZero(a) if z else next(nonzero)
-           for a, z in zip(ct_avals, pattern)]
-    res = args[:n_res] if res_values is None else [
-        r if v is None else v for r, v in zip(args[:n_res], res_values)]
-    outs, logs = compat_custom_rules.call_bwd(bwd, *res, *cts)
-    if logs is not None:
-      raise UnsupportedError(
-          f"the backward rule {bwd.debug_info.func_name!r} of custom_vjp "
-          f"function {eqn.name!r} returns backward-pass logs "
-          "(defvjp_with_logs, custom_gradient(with_logs=True)), which "
-          "jaxpr_io cannot store; save the program without logging, or "
-          "log only where it is not saved")
-    if len(outs) != eqn.n_in:
-      raise TypeError(f"it returned {len(outs)} cotangents for "
-                      f"{eqn.n_in} inputs")
-    zeros[:] = [o.aval if compat_custom_rules.is_zero(o) else None for o in outs]
-    return [o for o in outs if not compat_custom_rules.is_zero(o)]
-
-  in_avals = [*res_avals,
-              *(a for a, z in zip(ct_avals, pattern) if not z)]
-  try:
-    jaxpr, consts = compat_custom_rules.trace_flat(backward, in_avals, bwd.debug_info)
-  except UnsupportedError:
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    # The user's rule runs here and may raise anything; the loaded rule
-    # raises it when JAX asks for this pattern, as the original does.
-    return (pattern, raised_error(e))
-  _check_consts(consts, "backward rule", bwd, eqn)
-  mask = tuple(a is not None for a in zeros)
-  zero_avals = [a for a in zeros if a is not None]
-  zero_types = None
-  if zero_avals:
-    binders = [compat.Var(a) for a in zero_avals]
-    zero_types = compat.new_jaxpr([], binders, binders, [],
-                                  compat.no_effects, _ZERO_TYPES_DEBUG,
-                                  False)
-  return (pattern, compat.make_closed(jaxpr, consts), mask, zero_types)
-
-
-_ZERO_TYPES_DEBUG = compat.DebugInfo("jaxpr_io", "zero_cotangent_types", None,
-                                     None)
+    if self.with_values is None:
+      # Only where the plain entries do not serve the pattern (they raise):
+      # a rule that traces with abstract residuals does not branch on them.
+      plain = {rule[0]: rule for rule in self.bwd_rules}
+      served = lambda p: len(plain.get(p) or plain.get(
+          wide.covering_pattern(plain, p, False)) or ()) > 2
+      self.with_values = tuple(
+          (*self._trace_bwd(p, passed), values)
+          for p, values, passed in self.calls_with_values if not served(p))
+    return (*self.bwd_rules, *self.with_values)
 
 
 def _vjp_analysis(params: dict) -> _VjpAnalysis:
@@ -482,64 +419,16 @@ def decode_fwd_rule(stored, params: dict):
   return _wrap(rule, debug_info)
 
 
-def decode_bwd_table(rules: tuple, eqn) -> tuple[dict, int | None]:
-  """(pattern -> (jaxpr, consts, cts_in_zeros, zero avals) or RaisingRule,
-  residual count or None when every pattern raises) of stored backward
-  rules (see jaxpr_io/families/custom_rules/registrations.py), checked against `eqn`'s `n_in`, `n_out`
-  and `symbolic_zeros`; `eqn.name` names the function in messages."""
-  table = {}
-  n_res = None
-  for i, rule in enumerate(rules):
-    if type(rule) is tuple and len(rule) == 2:  # a pattern it raises for
-      _add_raising(table, _bools(rule[0], eqn.n_out,
-                                 f"backward rule {i}'s ct_zeros"), rule[1],
-                   f"backward rule {i}")
-      continue
-    if type(rule) is not tuple or len(rule) != 4:
-      raise FormatError(f"backward rule {i} is not (ct_zeros, jaxpr, "
-                        "cts_in_zeros, zero_types) or (ct_zeros, error)")
-    ct_zeros = _bools(rule[0], eqn.n_out, f"backward rule {i}'s ct_zeros")
-    closed = _closed(rule[1], f"backward rule {i}")
-    mask = _bools(rule[2], eqn.n_in, f"backward rule {i}'s cts_in_zeros")
-    zero_types = rule[3]
-    n_zero = mask.count(True)
-    if n_zero == 0 and zero_types is None:
-      zero_avals = []
-    elif type(zero_types) is compat.Jaxpr and len(
-        zero_types.invars) == n_zero:
-      zero_avals = [v.aval for v in zero_types.invars]
-    else:
-      raise FormatError(f"backward rule {i}'s zero_types do not give one "
-                        f"type for each of its {n_zero} zero cotangents")
-    rule_res = len(closed.jaxpr.invars) - ct_zeros.count(False)
-    if (rule_res < 0 or (n_res is not None and rule_res != n_res)
-        or len(closed.jaxpr.outvars) != mask.count(False)):
-      raise FormatError(
-          f"backward rule {i} of {eqn.name!r} takes "
-          f"{len(closed.jaxpr.invars)} inputs and returns "
-          f"{len(closed.jaxpr.outvars)} cotangents, which its patterns and "
-          "the other rules' residuals do not allow")
-    n_res = rule_res
-    if ct_zeros in table:
-      raise FormatError(f"backward rule {i} repeats the pattern {ct_zeros}")
-    table[ct_zeros] = (closed.jaxpr, closed.consts, mask, zero_avals)
-  if table and not eqn.symbolic_zeros and list(table) != [
-      (False,) * eqn.n_out]:
-    raise FormatError("a backward rule with symbolic_zeros=False is stored "
-                      "for the all-False pattern only")
-  return table, n_res
-
-
 def decode_bwd_rule(stored, params: dict):
   """The `bwd` of a stored value: an `lu.WrappedFun`."""
   eqn, key, debug_info, rules, ref = _decode_stored(
       stored, params, "custom_vjp", "bwd", "backward rule", _BwdRef)
   if ref is not None:
     return ref
-  table, n_res = decode_bwd_table(rules, eqn)
+  table, n_res = bwd_table.decode_bwd_table(rules, eqn)
   rule = _BwdRule(stored, key, eqn)
   rule.rules = table
-  rule.bodies = [r[1] for r in rules if len(r) == 4]
+  rule.bodies = [r[1] for r in rules if len(r) in (4, 5)]
   rule.n_res = n_res
   rule.n_out = eqn.n_out
   rule.symbolic_zeros = eqn.symbolic_zeros

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from jaxpr_io import compat
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.families.custom_rules import common
+from jaxpr_io.families.custom_rules import requests
 from jaxpr_io.safety import validate
 
 
@@ -38,16 +39,25 @@ from jaxpr_io.safety import validate
 MAX_PATTERN_EQUATIONS = 1 << 14
 
 
-def affordable(patterns: tuple, first) -> tuple:
+def affordable(patterns: tuple, first, fun) -> tuple:
   """`patterns`, or the first alone (the widest) where the stored rules of
   them all would hold over MAX_PATTERN_EQUATIONS equations, judged by
-  `first`, the stored rule of the first (a rule that raises is kept)."""
+  `first`, the stored rule of the first (a rule that raises is kept), with
+  the patterns JAX asks of the rule `fun` (`with_requested`)."""
   if len(patterns) < 2 or len(first) < 3:
     return patterns
   closed = first[1]
   size = sum(len(j.eqns) for j in validate.walk_jaxprs(closed.jaxpr))
   return patterns if len(patterns) * size <= MAX_PATTERN_EQUATIONS else (
-      patterns[:1])
+      with_requested(patterns[:1], fun))
+
+
+def with_requested(patterns: tuple, fun) -> tuple:
+  """`patterns`, the stored ones of a rule stored for its widest patterns
+  only, and after them those JAX asks of the rule `fun` when it
+  differentiates the program being written (requests.py)."""
+  return patterns + tuple(p for p in requests.requested(fun)
+                          if p not in patterns)
 
 
 def over_limit(avals) -> bool:
@@ -55,13 +65,13 @@ def over_limit(avals) -> bool:
   return len(common.free_inputs(avals)) > common.MAX_PATTERN_INPUTS
 
 
-def stored_patterns(avals, eqn, what: str, fixed: bool):
-  """The patterns a rule over `avals` is stored for: every one
+def stored_patterns(avals, eqn, what: str, fixed: bool, fun):
+  """The patterns the rule `fun` over `avals` is stored for: every one
   (`common.symbolic_patterns`), or over the limit the widest (every free
-  aval `not fixed`)."""
+  aval `not fixed`) and those JAX asks for (`with_requested`)."""
   if not over_limit(avals):
     return common.symbolic_patterns(avals, eqn, what, fixed)
-  return (_prefix_pattern(avals, fixed, len(avals)),)
+  return with_requested((_prefix_pattern(avals, fixed, len(avals)),), fun)
 
 
 def _prefix_pattern(avals, fixed: bool, k: int) -> tuple[bool, ...]:

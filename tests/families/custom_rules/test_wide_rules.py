@@ -15,6 +15,8 @@ import pytest
 
 import jaxpr_io
 from jaxpr_io.families.custom_rules import common
+from jaxpr_io.families.custom_rules import requests
+from jaxpr_io.families.custom_rules import vjp
 from tests.support import proto_edit
 from tests.support.roundtrip import assert_bit_identical, assert_roundtrip
 
@@ -78,12 +80,20 @@ def test_wide_custom_vjp_forward_and_grad_match_the_original(strict):
 
 
 def _stored_patterns(loaded, param: str) -> list:
+  """The plain patterns of a loaded rule's table (not `ResidualKey`s)."""
   eqn, = [e for e in loaded.closed_jaxpr.jaxpr.eqns
           if e.primitive.name == "custom_vjp_call"]
-  return sorted(eqn.params[param].f.rules)
+  return sorted(k for k in eqn.params[param].f.rules if type(k) is tuple)
 
 
-def test_wide_custom_vjp_stores_the_widest_patterns_only():
+@pytest.fixture
+def no_probes(monkeypatch):
+  """The writer stores only the widest patterns (not those its probes of
+  requests.py see JAX ask for), so the tests reach the covering ones."""
+  monkeypatch.setattr(requests, "_record", lambda closed, in_tree: {})
+
+
+def test_wide_custom_vjp_stores_the_widest_patterns_only(no_probes):
   data = jaxpr_io.dumps(jaxpr_io.trace(_wide_vjp(True), *XS))
   loaded = jaxpr_io.loads(data)
   # Not 2**N patterns: the strict rule's error for every input perturbed,
@@ -94,6 +104,65 @@ def test_wide_custom_vjp_stores_the_widest_patterns_only():
   assert _stored_patterns(loaded, "bwd") == [(False,) * N]
   strings = list(proto_edit.message(data).strings)
   assert any("perturbed a static" in s for s in strings)
+
+
+def test_wide_custom_vjp_stores_the_patterns_grad_asks_for():
+  """Besides the widest, the patterns JAX asks for when the writer's probes
+  differentiate the program by each argument (all N, so all of them and
+  each alone): for the gradient by input i, the forward rule perturbing i
+  alone. The backward rule needs no entry with constant residuals: it
+  traces with those of the kept forward rule (test_backward_rule_branching
+  _on_perturbed_flags has one that does not)."""
+  prog = jaxpr_io.trace(_wide_vjp(True), *XS)
+  loaded = jaxpr_io.loads(jaxpr_io.dumps(prog))
+  single = [tuple(j == i for j in range(N)) for i in range(N)]
+  assert _stored_patterns(loaded, "fwd_jaxpr_thunk") == sorted(
+      [(True,) * (N - 2) + (False, False), (True,) * N, *single])
+  eqn, = [e for e in loaded.closed_jaxpr.jaxpr.eqns
+          if e.primitive.name == "custom_vjp_call"]
+  assert list(eqn.params["bwd"].f.rules) == [(False,) * N]
+  for i in range(N - 2):
+    grad = lambda p: jax.jit(jax.grad(_loss(p, N), argnums=i))
+    assert_bit_identical(grad(loaded)(*XS), grad(prog)(*XS))
+
+
+def _flagged_vjp():
+  """A custom_vjp whose backward rule branches, in Python, on the flags its
+  forward rule returns as residuals (as Equinox's `filter_custom_vjp`)."""
+
+  @jax.custom_vjp
+  def f(a, b, c):
+    return jnp.sin(a) * b + c
+
+  def fwd(a, b, c):
+    perturbed = (a.perturbed, b.perturbed, c.perturbed)
+    return f(a.value, b.value, c.value), (a.value, b.value, perturbed)
+
+  def bwd(res, ct):
+    a, b, perturbed = res
+    if perturbed[2]:
+      raise ValueError("c cannot be differentiated")
+    return (jnp.cos(a) * b * ct if perturbed[0] else None,
+            jnp.sin(a) * ct if perturbed[1] else None, None)
+
+  f.defvjp(fwd, bwd, symbolic_zeros=True)
+  return f
+
+
+def test_backward_rule_branching_on_perturbed_flags():
+  """A custom_vjp of few inputs whose backward rule branches on flags its
+  forward rule returns (Equinox's, in every Diffrax solve): traced with
+  abstract residuals it cannot run; stored as JAX calls it, with the flags'
+  values, the gradient of the loaded program is the original's."""
+  xs = XS[:3]
+  prog = jaxpr_io.trace(_flagged_vjp(), *xs)
+  loaded = assert_roundtrip(prog)
+  for argnums in (0, 1, (0, 1)):
+    grad = lambda p: jax.jit(jax.grad(lambda *a: p(*a).sum(), argnums))
+    assert_bit_identical(grad(loaded)(*xs), grad(prog)(*xs))
+  for p in (prog, loaded):
+    with pytest.raises(ValueError, match="c cannot be differentiated"):
+      jax.grad(lambda *a: p(*a).sum(), argnums=2)(*xs)
 
 
 def test_wide_custom_vjp_refused_pattern_raises_the_rule_error():
@@ -181,7 +250,7 @@ def _three_output_vjp():
 
 
 def test_a_rule_over_the_equation_budget_stores_its_widest_pattern(
-    monkeypatch):
+    monkeypatch, no_probes):
   # Few inputs, but a large rule (an Equinox checkpointed while loop's
   # backward rule: about a thousand equations for each of 2**8 patterns):
   # over wide.MAX_PATTERN_EQUATIONS in all, the JVP and backward rules are
@@ -205,3 +274,21 @@ def test_a_rule_over_the_equation_budget_stores_its_widest_pattern(
   for argnums, used in (((0,), 1), ((1, 2), 2), ((2,), 4)):
     grad = lambda p: jax.jit(jax.grad(_loss(p, used), argnums=argnums))
     assert_bit_identical(grad(loaded)(*xs), grad(prog)(*xs))
+
+
+def test_malformed_constant_residuals_are_format_errors():
+  prog = jaxpr_io.trace(_flagged_vjp(), *XS[:3])
+  eqn, = [e for e in jaxpr_io.loads(jaxpr_io.dumps(prog)).closed_jaxpr.jaxpr.eqns
+          if e.primitive.name == "custom_vjp_call"]
+  kind, key, debug, rules = eqn.params["bwd"].f.stored
+  i = next(i for i, r in enumerate(rules) if len(r) == 5)
+  values = rules[i][4]
+  for bad_values, match in (((None,) * len(values), "at least one scalar"),
+                            (("True",) + values[1:], "numpy scalars"),
+                            (values[:-1], "constant residuals for")):
+    bad = (*rules[:i], (*rules[i][:4], bad_values), *rules[i + 1:])
+    with pytest.raises(jaxpr_io.FormatError, match=match):
+      vjp.decode_bwd_rule((kind, key, debug, bad), eqn.params)
+  many = rules + (rules[i],) * common.MAX_CALLS_WITH_VALUES
+  with pytest.raises(jaxpr_io.FormatError, match="constant residuals, over"):
+    vjp.decode_bwd_rule((kind, key, debug, many), eqn.params)

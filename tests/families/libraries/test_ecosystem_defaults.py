@@ -222,6 +222,21 @@ def test_grad_of_a_loaded_default_adjoint_ode_solve():
   assert_bit_identical(grad(loaded)(*good), grad(fn)(*good))
 
 
+def test_grad_of_a_loaded_sde_solve():
+  """`jax.grad` of the loaded forward SDE solve is the original's, bit for
+  bit. Each solver step is an Equinox custom_vjp whose backward rule
+  branches on the `perturbed` flags its forward rule returns, and a JVP
+  rule over 45 inputs: the writer stores them as JAX calls them when it
+  differentiates the program (requests.py); served from the widest
+  pattern instead, the step raised "t0 cannot be autodifferentiated"."""
+  fn, good, _, _ = diffrax_sde()
+  prog = jaxpr_io.trace(fn, *good)
+  loaded = jaxpr_io.loads(jaxpr_io.dumps(prog))
+  for argnums in ((0, 1), 0):
+    grad = lambda p: jax.jit(jax.grad(lambda *a: p(*a).sum(), argnums))
+    assert_bit_identical(grad(loaded)(*good), grad(fn)(*good))
+
+
 FRESH = """
 import json, sys
 import jax, numpy as np
