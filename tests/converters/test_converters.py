@@ -211,6 +211,26 @@ def test_saved_model_refuses_lapack_kernels(tmp_path):
 
 
 @needs_tf
+def test_saved_model_of_lapack_kernels_on_empty_matrices(tmp_path):
+  # JAX's shape-polymorphism harnesses vmap_eigh and vmap_eig at 0 x 0:
+  # TensorFlow never runs a kernel on no elements, and jax2tf's SavedModel
+  # serves. 3 x 3 matrices are refused.
+  b, = jax.export.symbolic_shape("b")
+  fn = lambda x: jnp.linalg.eigh(x)[0]
+  for n in (0, 3):
+    prog = jaxpr_io.trace(fn, jax.ShapeDtypeStruct((b, n, n), np.complex64))
+    if n:
+      with pytest.raises(jaxpr_io.UnsupportedError, match="lapack_cheevd"):
+        converters.to_saved_model(prog, tmp_path / "sm3")
+      continue
+    converters.to_saved_model(prog, tmp_path / "sm0")
+    x = np.zeros((5, 0, 0), np.complex64)
+    out = _serving(tmp_path / "sm0")(arg0=tf.constant(x))
+    assert out["out0"].numpy().shape == (5, 0)
+    np.testing.assert_array_equal(out["out0"].numpy(), jax.jit(fn)(x))
+
+
+@needs_tf
 def test_saved_model_with_gradient(tmp_path):
   w = np.random.RandomState(0).randn(4, 3).astype(np.float32)
   fn = lambda v: jnp.sum(jnp.tanh(v @ w) ** 2)  # noqa: E731
