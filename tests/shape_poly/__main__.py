@@ -5,10 +5,12 @@ jaxpr_io (tests/shape_poly/campaign.py says what each step checks).
 
 prints the table of docs/symbolic-shapes.md and every harness that
 jax.export handles and jaxpr_io fails, with the reason. Single process.
-`--vmap-per-group 1` (every harness of the list proper and the first of
-each vmap_* group: 417 harnesses on jax 0.10.2, 419 on 0.12) took 12 to
-19 s a harness on average, niced on a shared 2-core machine (2026-11-26):
-more than the 80 minutes those runs had; all 1523 take many hours.
+The whole list (1523 harnesses on jax 0.10.2, 1525 on 0.12) took about 1.5
+hours a release, two runs beside each other on a 2-core machine
+(2026-11-27): the list proper is slow (12 to 19 s a harness), the vmap_*
+harnesses fast (about 1 s). `--vmap-per-group 1` runs the list proper and
+the first of each vmap_* group (417 and 419 harnesses); `--skip-done FILE`
+then runs the rest, or resumes a run.
 """
 
 from __future__ import annotations
