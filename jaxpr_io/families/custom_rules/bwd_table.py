@@ -27,6 +27,7 @@ from jaxpr_io.errors import FormatError, UnsupportedError
 # the private names.
 from jaxpr_io.families.custom_rules.common import (
     _add_raising, _bools, _check_consts, _closed, raised_error, RaisingRule)
+from jaxpr_io.families.custom_rules import requests
 from jaxpr_io.families.custom_rules import wide
 
 
@@ -42,10 +43,8 @@ def _constants_match(values: tuple, res) -> bool:
   for value, r in zip(values, res):
     if value is None:
       continue
-    if compat_custom_rules.is_tracer(r) or np.ndim(r) != 0:
-      return False
-    r = np.asarray(r)
-    if r.dtype.kind != value.dtype.kind or r[()] != value:
+    r = requests.constant_residual(r)
+    if r is None or r.dtype.kind != value.dtype.kind or r != value:
       return False
   return True
 

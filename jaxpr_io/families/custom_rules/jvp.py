@@ -94,10 +94,7 @@ def encode_jvp_rule(fun, params: dict):
   if eqn.symbolic_zeros and wide.over_limit(avals):
     rules = tuple(wide.widest_rules(
         avals, True, lambda p: _trace_jvp(fun, p, eqn),
-        lambda rule: len(rule) == 2))
-    widest = tuple(rule[0] for rule in rules)
-    rules += tuple(_trace_jvp(fun, p, eqn)
-                   for p in wide.with_requested(widest, fun)[len(widest):])
+        lambda rule: len(rule) == 2, fun))
     patterns, first = tuple(rule[0] for rule in rules), rules[0]
   else:
     # Without symbolic zeros, JVPTrace and LinearizeTrace instantiate zero

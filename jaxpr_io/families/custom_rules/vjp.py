@@ -201,10 +201,8 @@ class _VjpAnalysis:
       rules = [self._trace_fwd(None, (True,) * eqn.n_in)]
     elif wide.over_limit(avals):
       rules = wide.widest_rules(avals, False, lambda p: self._trace_fwd(p, p),
-                                lambda rule: type(rule[1]) is tuple)
-      widest = tuple(rule[0] for rule in rules)
-      rules += [self._trace_fwd(p, p) for p in wide.with_requested(
-          widest, self.fwd_fun)[len(widest):]]
+                                lambda rule: type(rule[1]) is tuple,
+                                self.fwd_fun)
     else:
       rules = [self._trace_fwd(p, p) for p in common.symbolic_patterns(
           avals, eqn, "differentiable inputs", False)]
@@ -291,8 +289,11 @@ class _VjpAnalysis:
       # Only where the plain entries do not serve the pattern (they raise):
       # a rule that traces with abstract residuals does not branch on them.
       plain = {rule[0]: rule for rule in self.bwd_rules}
-      served = lambda p: len(plain.get(p) or plain.get(
-          wide.covering_pattern(plain, p, False)) or ()) > 2
+
+      def served(pattern) -> bool:
+        rule = plain.get(pattern) or plain.get(
+            wide.covering_pattern(plain, pattern, False))
+        return rule is not None and len(rule) != 2  # not (pattern, error)
       self.with_values = tuple(
           (*self._trace_bwd(p, passed), values)
           for p, values, passed in self.calls_with_values if not served(p))

@@ -81,19 +81,29 @@ def _prefix_pattern(avals, fixed: bool, k: int) -> tuple[bool, ...]:
 
 
 def widest_rules(avals, fixed: bool, attempt: Callable[[tuple], Any],
-                 raised: Callable[[Any], bool]) -> list:
-  """The rules stored for an over-limit rule: `attempt(pattern)` traces
-  one (`raised(rule)`: it stored an error). The widest pattern's rule; if
-  that raises, the longest prefix pattern's that does not (first) and the
-  widest's error."""
+                 raised: Callable[[Any], bool], fun) -> list:
+  """The rules stored for the over-limit rule `fun`: `attempt(pattern)`
+  traces one (`raised(rule)`: it stored an error). The widest pattern's
+  rule; if that raises, the longest prefix pattern's that does not (first)
+  and the widest's error; then those of the patterns JAX asks for
+  (`with_requested`)."""
+  widest = _widest_rules(avals, fixed, attempt, raised)
+  stored = tuple(rule[0] for rule in widest)
+  return widest + [attempt(p)
+                   for p in with_requested(stored, fun)[len(stored):]]
+
+
+def _widest_rules(avals, fixed: bool, attempt, raised) -> list:
   n = len(common.free_inputs(avals))
   widest = attempt(_prefix_pattern(avals, fixed, n))
   if not raised(widest):
     return [widest]
   # Shorter prefixes in turn, so the one kept is the last call: JAX's rule
   # wrappers keep what the last call returned (`out_trees`, which the
-  # backward rule reads) and memoize the calls. A rule refusing a pattern
-  # usually does so before tracing anything (Equinox's assertion).
+  # backward rule reads) and memoize the calls (calls after it, of the
+  # requested patterns, are followed by a fresh call of the kept one:
+  # vjp.py, `call_fresh`). A rule refusing a pattern usually does so
+  # before tracing anything (Equinox's assertion).
   for k in range(n - 1, 0, -1):
     rule = attempt(_prefix_pattern(avals, fixed, k))
     if not raised(rule):
