@@ -14,6 +14,7 @@ from jaxpr_io.api import inputs
 from jaxpr_io.format import container
 from jaxpr_io.format import files
 from jaxpr_io.format import limits
+from jaxpr_io.families.custom_rules import common as custom_rules
 from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.compat import specialize
 from jaxpr_io.pytree import static
@@ -287,17 +288,19 @@ def as_program(program) -> Program:
       f"{type(program).__name__}")
 
 
-def serialize(program):
+def serialize(program, *, max_derivative_order: int | None = None):
   """(program message, data layout) of a Program or ClosedJaxpr.
 
   The message (a `container.PendingProgram`) lacks the checksums of the
   data's blobs: `container.to_bytes` computes them, and
-  `files.write_file` computes them while it writes the data."""
+  `files.write_file` computes them while it writes the data.
+  `max_derivative_order`: as for `dumps`."""
   program = as_program(program)
   # `closed_jaxpr` verifies a loaded program's constants: a copy must not
   # give corrupt data fresh checksums.
-  return writer.write_pending(program.closed_jaxpr, program.in_tree,
-                              program.out_tree, program.metadata)
+  with custom_rules.derivative_order(max_derivative_order):
+    return writer.write_pending(program.closed_jaxpr, program.in_tree,
+                                program.out_tree, program.metadata)
 
 
 # Debug mode, off by default (it costs a `loads` per write):
@@ -328,22 +331,32 @@ def _read_back(data_container: container.Container) -> None:
         f"of the writer; please report it with the program): {e}") from None
 
 
-def dumps(program) -> bytes:
+def dumps(program, *, max_derivative_order: int | None = None) -> bytes:
   """The file bytes of a `Program` or a bare `ClosedJaxpr`. Deterministic:
   the same program always gives the same bytes. In debug mode (`READ_BACK`)
-  the bytes are read back first."""
-  data = container.to_bytes(*serialize(program))
+  the bytes are read back first.
+
+  `max_derivative_order` (0 to 16; None: 3): custom derivative rules are
+  stored for derivatives of the program up to this order. A rule that a
+  higher order would first ask for (a rule inside rules nested deeper) is
+  stored as one that raises `UnsupportedError`, naming the order, when JAX
+  asks for it; a rule that calls its own function with the same types
+  serves every order regardless."""
+  data = container.to_bytes(*serialize(
+      program, max_derivative_order=max_derivative_order))
   if _read_back_enabled():
     _read_back(container.Container(data))
   return data
 
 
-def save(path: str | os.PathLike, program) -> None:
+def save(path: str | os.PathLike, program, *,
+         max_derivative_order: int | None = None) -> None:
   """Writes `program` to `path` atomically (temporary file + rename): the
-  bytes of `dumps`, with the constants written from their own buffers, and
-  checksummed while they are written. In debug mode (`READ_BACK`) its
-  bytes are read back before anything is written."""
-  pending = serialize(program)
+  bytes of `dumps` (`max_derivative_order` as there), with the constants
+  written from their own buffers, and checksummed while they are written.
+  In debug mode (`READ_BACK`) its bytes are read back before anything is
+  written."""
+  pending = serialize(program, max_derivative_order=max_derivative_order)
   if _read_back_enabled():
     _read_back(container.Container(container.to_bytes(*pending)))
   files.write_file(path, *pending)

@@ -13,6 +13,7 @@ described in jaxpr_io/families/custom_rules/registrations.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import threading
@@ -35,6 +36,11 @@ MAX_PATTERN_INPUTS = 8
 # constant residuals JAX called it with (bwd_table.py).
 MAX_CALLS_WITH_VALUES = 1 << MAX_PATTERN_INPUTS
 _MAX_KEY_LENGTH = 64
+# The derivative order the writer stores custom rules for unless told
+# otherwise (`derivative_order`), and the most it may be told: rules inside
+# rules are traced once per order (see `beyond_order`).
+DEFAULT_MAX_DERIVATIVE_ORDER = 3
+MAX_DERIVATIVE_ORDER = 16
 # What nested rules encode as while a definition's key is being hashed.
 _PLACEHOLDER = "jaxpr_io.families.custom_rules.registrations.nested_rule"
 
@@ -47,12 +53,65 @@ class _State(threading.local):
     # innermost last.
     self.definitions: list[tuple[str, str]] = []
     self.fingerprinting = 0  # > 0 while hashing a definition
+    # Rules nested deeper than this in rules are stored as raising rules.
+    self.max_order = DEFAULT_MAX_DERIVATIVE_ORDER
     # Analyses of recent custom_vjp equations, shared by the three codecs
     # of one equation: [(objects the key's ids belong to, analysis)].
     self.vjp_cache: list[tuple[tuple, Any]] = []
 
 
 _STATE = _State()
+
+
+@contextlib.contextmanager
+def derivative_order(order: int | None):
+  """Within it, this thread's writer stores custom rules for derivatives up
+  to `order` (None: `DEFAULT_MAX_DERIVATIVE_ORDER`); see `beyond_order`."""
+  if order is None:
+    order = DEFAULT_MAX_DERIVATIVE_ORDER
+  if type(order) is not int or not 0 <= order <= MAX_DERIVATIVE_ORDER:
+    raise ValueError(f"max_derivative_order must be an int from 0 to "
+                     f"{MAX_DERIVATIVE_ORDER}, not {order!r}")
+  saved = _STATE.max_order
+  _STATE.max_order = order
+  try:
+    yield
+  finally:
+    _STATE.max_order = saved
+
+
+def beyond_order() -> bool:
+  """Whether the rules of an equation met now serve only derivatives of a
+  higher order than the writer stores.
+
+  The order-k derivative of a program asks for the rules of its own
+  equations (order 1), then for those of the equations inside those
+  rules' jaxprs (order 2), and so on: a rule's nesting depth in rules is
+  the order that first asks for it. A rule that calls its own function
+  with other arguments (e3nn-jax's spherical harmonics, with twice as many
+  degrees) nests without end and without a ref (keys differ), and tracing
+  it eagerly costs what differentiating to every order would. Deeper than
+  the order being stored, a rule is traced once, for its key (a ref to an
+  enclosing definition still serves every order), and otherwise stored as
+  a rule that raises `unsaved_rule_error`'s error when JAX asks for it."""
+  return len(_STATE.definitions) >= _STATE.max_order
+
+
+# The stored type name of `unsaved_rule_error`'s error, which the reader
+# raises as jaxpr_io's own UnsupportedError.
+_UNSAVED_TYPE = "jaxpr_io.errors.UnsupportedError"
+
+
+def unsaved_rule_error(rule: str, kind: str, name: str) -> tuple[str, str]:
+  """The stored error of a rule nested deeper than the order being stored."""
+  order = _STATE.max_order
+  return (_UNSAVED_TYPE, (
+      f"the {rule} of {kind} function {name!r} was not saved: the program "
+      f"was saved with custom rules for derivatives up to order {order}, "
+      f"and JAX asks for one of order {order + 1} or higher. Save it again "
+      f"with jaxpr_io.dumps(program, max_derivative_order={order + 1}) (or "
+      "jaxpr_io.save(path, program, max_derivative_order=...)) to "
+      "differentiate it further"))
 
 
 # ------------------------------------------------------------ helpers
@@ -371,6 +430,8 @@ class RaisingRule:
     self.type_name, self.message = stored
 
   def throw(self):
+    if self.type_name == _UNSAVED_TYPE:
+      raise UnsupportedError(self.message)
     cls = _BUILTIN_ERRORS.get(self.type_name)
     if cls is None:
       raise RuntimeError(f"{self.type_name}: {self.message}")

@@ -14,6 +14,7 @@ from jaxpr_io.families.custom_rules.common import (
     _inputless_key, _link_refs, _loaded, _PLACEHOLDER, raised_error,
     RaisingRule, _Ref, _STATE, symbolic_patterns, _wrap)
 from jaxpr_io.errors import FormatError, UnsupportedError
+from jaxpr_io.families.custom_rules import common
 from jaxpr_io.families.custom_rules import wide
 
 
@@ -77,6 +78,15 @@ def _trace_jvp(fun, pattern, eqn: _Eqn) -> tuple:
   return (pattern, compat.make_closed(jaxpr, consts), out_zeros)
 
 
+def _widest(avals, eqn: _Eqn) -> tuple[bool, ...]:
+  """The pattern with the fewest zero tangents JAX can ask for, which
+  serves every other (`_JvpRule._widened`)."""
+  if not eqn.symbolic_zeros:
+    return (False,) * eqn.n_in
+  free = set(common.free_inputs(avals))
+  return tuple(i not in free for i in range(eqn.n_in))
+
+
 def encode_jvp_rule(fun, params: dict):
   """The stored `jvp_jaxpr_fun` (see jaxpr_io/families/custom_rules/registrations.py)."""
   if _STATE.fingerprinting:
@@ -107,6 +117,9 @@ def encode_jvp_rule(fun, params: dict):
                       eqn.symbolic_zeros, eqn.call_jaxpr, patterns, first))
   if ("jvp", key) in _STATE.definitions:
     return ("jvp_ref", key, debug)
+  if common.beyond_order():
+    return ("jvp", key, debug, ((_widest(avals, eqn), common.unsaved_rule_error(
+        "JVP rule", "custom_jvp", eqn.name)),))
   if rules is None:
     rules = (first, *(_trace_jvp(fun, p, eqn) for p in patterns[1:]))
   return _Definition(("jvp", key), ("jvp", key, debug, rules))

@@ -117,6 +117,17 @@ definition it lies inside (found by walking the definition's jaxprs). Like
 JAX's tracing caches, this assumes a rule traced twice at the same types
 gives the same jaxpr.
 
+A rule that calls its own function with other arguments (e3nn-jax's
+spherical harmonics, with twice the degrees) nests without a ref. The
+writer stores rules nested up to `max_derivative_order` deep in rules (a
+keyword of `dumps`; common.py, `beyond_order`); deeper, in the forms above
+and no new one: a JVP rule as `(widest pattern, error)` only, a custom_vjp
+(without constants) as the forward rule `(None or every float input
+perturbed, call_jaxpr)` with no residuals (`out_trees` `(n_out, 0, ())`)
+and the backward rule `(no-zero pattern, error)`. The error's type name is
+`jaxpr_io.errors.UnsupportedError`, which the reader raises as
+`UnsupportedError`, naming the order and how to save more.
+
 A JVP rule that raises when it is traced at the call's types (Equinox's
 `nondifferentiable` does, on purpose) is stored, for that tangent pattern, as
 `(in_zeros, (error type name, message))` in place of `(in_zeros, rule,

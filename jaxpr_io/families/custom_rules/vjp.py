@@ -281,6 +281,30 @@ class _VjpAnalysis:
     return bwd_table.trace_bwd(self.bwd_fun, eqn, self.res_avals, ct_avals,
                                pattern, values or self.res_values)
 
+  def unsaved(self) -> bool:
+    """Whether the rules are stored for a derivative order beyond the
+    writer's (`common.beyond_order`): the forward rule as the primal with
+    no residuals, the backward rule as one that raises. A forward rule
+    that raises cannot be stored alone (the format keeps one that traces),
+    and one without the call's constants cannot compute its outputs, so
+    with constants the rules are stored in full."""
+    eqn = self.eqn
+    return bool(eqn.in_avals and eqn.num_consts == 0
+                and common.beyond_order()
+                and ("vjp", self.key) not in _STATE.definitions)
+
+  def unsaved_rules(self, kind: str) -> tuple:
+    """The stored `kind` ("fwd" or "bwd") rules where `unsaved()`."""
+    eqn = self.eqn
+    if kind == "fwd":
+      free = set(common.free_inputs(eqn.in_avals))
+      # Every input perturbed: it serves every pattern (`_FwdRule`).
+      pattern = tuple(i in free for i in range(eqn.n_in)) if (
+          eqn.symbolic_zeros) else None
+      return ((pattern, eqn.call_jaxpr),)
+    return ((self.ct_patterns[0], common.unsaved_rule_error(
+        "backward rule", "custom_vjp", eqn.name)),)
+
   def all_bwd_rules(self) -> tuple:
     while len(self.bwd_rules) < len(self.ct_patterns):
       self.bwd_rules.append(
@@ -326,6 +350,8 @@ def _encode_vjp_rule(fun, params: dict, kind: str, debug, rules):
   analysis = _vjp_analysis(params)
   if ("vjp", analysis.key) in _STATE.definitions:
     return (f"{kind}_ref", analysis.key, debug(analysis))
+  if analysis.unsaved():
+    return (kind, analysis.key, debug(analysis), analysis.unsaved_rules(kind))
   return _Definition(("vjp", analysis.key),
                      (kind, analysis.key, debug(analysis), rules(analysis)))
 
@@ -348,7 +374,10 @@ def encode_out_trees(fun, params: dict):
     return _PLACEHOLDER
   if type(fun) is _OutTrees:
     return fun.stored
-  out_info = _vjp_analysis(params).out_info
+  analysis = _vjp_analysis(params)
+  # Where the forward rule is stored as the primal, it has no residuals.
+  out_info = (analysis.eqn.n_out, 0, ()) if analysis.unsaved() else (
+      analysis.out_info)
   # JAX lists out_trees after the equation's two rules: its analysis is no
   # longer needed (if it is after all, it is recomputed, identically).
   _STATE.vjp_cache[:] = [entry for entry in _STATE.vjp_cache
