@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.custom_derivatives import SymbolicZero
 
 import jaxpr_io
 from jaxpr_io.families.custom_rules import common
@@ -83,6 +84,41 @@ def _mutual_h_rule(n, primals, tangents):
   return mutual_h(n, x), mutual_g(n + 1, x) * t
 
 
+# With symbolic zeros (patterns of zeros, a non-float input).
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def jvp_zeros(n, x, i):
+  return jnp.sin(x) * n + i
+
+
+def _jvp_zeros_rule(n, primals, tangents):
+  (x, i), (t, _) = primals, tangents
+  TRACED.append(n)
+  if type(t) is SymbolicZero:
+    t = jnp.zeros_like(x)
+  return jvp_zeros(n, x, i), jvp_zeros(n + 1, x, i) * t
+
+
+jvp_zeros.defjvp(_jvp_zeros_rule, symbolic_zeros=True)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def vjp_zeros(n, x, k):
+  return jnp.sin(x) * n * k
+
+
+def _vjp_zeros_fwd(n, x, k):
+  return vjp_zeros(n, x.value, k.value), (x.value, k.value)
+
+
+def _vjp_zeros_bwd(n, res, g):
+  x, k = res
+  TRACED.append(n)
+  return (vjp_zeros(n + 1, x, k) * g, None)
+
+
+vjp_zeros.defvjp(_vjp_zeros_fwd, _vjp_zeros_bwd, symbolic_zeros=True)
+
+
 # (function, the largest n a rule is traced with when saving to order k,
 # as a function of k): each order adds one n (two functions per n for the
 # mutual pair), and one level past the order is traced for its key.
@@ -90,6 +126,10 @@ CASES = {
     "custom_jvp": (lambda x: jvp_self(1, x), lambda k: k + 1),
     "custom_vjp": (lambda x: vjp_self(1, x), lambda k: k + 1),
     "mutual": (lambda x: mutual_g(1, x), lambda k: (k + 2) // 2),
+    "custom_jvp, symbolic zeros": (lambda x: jvp_zeros(1, x, 3),
+                                   lambda k: k + 1),
+    "custom_vjp, symbolic zeros": (lambda x: vjp_zeros(1, x, F32(2.0)),
+                                   lambda k: k + 1),
 }
 
 
@@ -121,7 +161,8 @@ def test_self_calling_rules_to_the_default_order(name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_self_calling_rules_to_a_chosen_order(name, order):
   fn, deepest = CASES[name]
-  # Fresh functions each time: JAX memoizes rule traces per function.
+  # JAX's tracing cache would hand back the last trace's equations, whose
+  # rules are memoized: the writer would trace nothing to count.
   jax.clear_caches()
   original = jaxpr_io.trace(fn, F32(0.25))
   TRACED.clear()
