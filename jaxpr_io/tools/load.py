@@ -281,8 +281,7 @@ def specialize(prog, dims: dict[str, int]):
     with stage(PROG, "fixing --dims"):
       return prog.specialize(**dims)
   except (TypeError, ValueError) as e:
-    raise CliError(f"--dims {','.join(f'{k}={v}' for k, v in dims.items())}"
-                   f": {e}") from None
+    raise CliError(f"--dims: {e}") from None
 
 
 def _custom_nodes(*trees) -> list[str]:
