@@ -210,7 +210,8 @@ def _match(arg_def, value, head: tuple[str, ...], where: str, avals,
                     f"which is not an input of the program (it takes "
                     f"{len(paths)} arrays under {where}); to bind only "
                     f"what the program takes, pass extra='ignore' "
-                    f"(jaxpr-load --bind-ignore-extra)")
+                    f"(ProgramRestore: bind_extra='ignore'; jaxpr-load: "
+                    f"--bind-ignore-extra)")
   return leaves
 
 

@@ -133,7 +133,8 @@ def test_orbax_program_restore_binds_the_state_item(saved):
     np.testing.assert_array_equal(
         np.asarray(served.serve(X)),
         saved["expected"]["serve"])
-    with pytest.raises(TypeError, match="bind_extra|extra='ignore'"):
+    with pytest.raises(TypeError, match="ProgramRestore: "
+                       "bind_extra='ignore'"):
       mngr.restore(3, args=ocp.args.Composite(
           serve=jaxpr_io.orbax.ProgramRestore(bind={0: "state"})))
 
