@@ -16,6 +16,7 @@ import pytest
 
 import jaxpr_io
 import jaxpr_io.orbax
+from jaxpr_io.api import bind_sources
 from jaxpr_io.api import binding
 
 
@@ -252,7 +253,8 @@ def _noisy(key, x):
 
 @pytest.mark.parametrize("impl,data_shape", [("threefry2x32", (2,)),
                                              ("rbg", (4,))])
-def test_key_data_binds_as_a_key_of_the_programs_impl(impl, data_shape):
+def test_key_data_binds_as_a_key_of_the_programs_impl(impl, data_shape,
+                                                       tmp_path):
   key = jax.random.key(5, impl=impl)
   prog = jaxpr_io.trace(_noisy, key, X)
   data = np.asarray(jax.random.key_data(key))
@@ -267,6 +269,10 @@ def test_key_data_binds_as_a_key_of_the_programs_impl(impl, data_shape):
   loaded = jaxpr_io.loads(jaxpr_io.dumps(bound), check=True)
   np.testing.assert_array_equal(np.asarray(loaded(X)),
                                 np.asarray(_noisy(key, X)))
+  # From an .npz (what `jaxpr-load --bind` reads), read once matched.
+  np.savez(tmp_path / "key.npz", **{"args[0]": data})
+  from_npz = prog.bind(bind_sources.load_source(str(tmp_path / "key.npz")))
+  assert jaxpr_io.dumps(from_npz) == jaxpr_io.dumps(bound)
   # A batch of keys: the key shape, then the key data's.
   keys = jax.random.split(key, 3)
   batch = jaxpr_io.trace(lambda k, x: jax.vmap(_noisy, (0, None))(k, x),
