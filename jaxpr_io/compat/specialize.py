@@ -219,7 +219,7 @@ def fix_dims(closed, tree, sizes: dict[str, int]):
   checked; fixing every variable also checks the shapes with JAX's own
   solver, as a call at those shapes does. The constraints on variables
   left symbolic are carried over to them (a new scope, the fixed sizes
-  substituted)."""
+  substituted); a ValueError if they leave one no size."""
   names = symbolic.dim_vars(closed.in_avals)
   for name, size in sizes.items():
     if name not in names:
@@ -245,8 +245,15 @@ def fix_dims(closed, tree, sizes: dict[str, int]):
     return specialize(closed, env)
   new_scope = symbolic.new_scope(kept)
   env: dict = dict(sizes)
-  for name in names - sizes.keys():
+  for name in sorted(names - sizes.keys()):
     env[name] = symbolic.parse_dim(name, new_scope)
+    try:
+      symbolic.check_satisfiable(env[name])
+    except ValueError as e:
+      raise ValueError(
+          f"{_sizes_text(sizes)} leaves no size for {name} under the "
+          f"program's constraints, which become {', '.join(kept)} "
+          f"({e})") from None
   return specialize(closed, env)
 
 

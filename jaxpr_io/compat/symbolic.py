@@ -106,3 +106,10 @@ def explicit_constraints(scope) -> list[tuple[str, Any, str, Any]]:
   return [(c.debug_str, c.e1,
            "==" if c.cmp == shape_poly.Comparator.EQ else ">=", c.e2)
           for c in scope._explicit_constraints]  # pylint: disable=protected-access
+
+
+def check_satisfiable(dim) -> None:
+  """Raises ValueError (JAX's "Unsatisfiable constraint: ...") when the
+  constraints of `dim`'s scope leave it no value: JAX decides that only
+  when it first bounds an expression of the scope."""
+  shape_poly._bounds_decision(dim, shape_poly.BoundsPrecision.BEST)  # pylint: disable=protected-access

@@ -105,6 +105,16 @@ def test_a_violated_constraint_is_refused_naming_it(sizes, violated):
   assert f"constraint {violated!r}" in message and "\n" not in message
 
 
+def test_sizes_that_leave_no_size_for_the_others_are_refused():
+  # b=1 turns b >= c into 1 >= c, which c >= 2 contradicts.
+  with pytest.raises(ValueError) as info:
+    _program().specialize(b=1)
+  message = str(info.value)
+  assert message.startswith("b=1 leaves no size for c under the program's "
+                            "constraints, which become 1 >= c, c >= 2")
+  assert "\n" not in message
+
+
 def test_unknown_names_and_bad_sizes_are_refused():
   with pytest.raises(TypeError, match=r"'n' is not a symbolic dimension of "
                      r"the program's inputs \(it has: b, c\)"):
