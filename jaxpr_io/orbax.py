@@ -96,7 +96,7 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
           f"ProgramRestore(bind=...) binds positional arguments from the "
           f"first, like functools.partial; it has {sorted(positional)}")
     return prog.bind(*(positional[i] for i in range(len(positional))),
-                     **keyword)
+                     extra=args.bind_extra, **keyword)
 
   def metadata(self, directory: epath.Path) -> Optional[Any]:
     return None
@@ -121,7 +121,12 @@ class ProgramRestore(ocp.args.CheckpointArgs):
   from the first) or a keyword name to a pytree of arrays, or to a SOURCE
   string: an item of the same step with an optional subtree (`"state:params"`
   binds the `params` of the step's `state` item), an Orbax item directory or
-  an `.npz` file (jaxpr_io/api/bind_sources.py)."""
+  an `.npz` file (jaxpr_io/api/bind_sources.py). A typed key input takes
+  the key data Orbax saved of a key (a Flax NNX `RngKey`).
+  `bind_extra="ignore"` binds the part of each value that the program
+  takes (`Program.bind(extra="ignore")`): a whole NNX state to a program
+  of its params."""
   check: bool = False
   trusted: bool = False
   bind: Optional[Mapping[Union[int, str], Any]] = None
+  bind_extra: str = "error"

@@ -167,8 +167,14 @@ def _given_leaves(value, head: tuple[str, ...], where: str
   return given
 
 
-def _match(arg_def, value, head: tuple[str, ...], where: str, avals) -> list:
-  """The constants for one bound argument, in its leaves' order."""
+EXTRA_CHOICES = ("error", "ignore")
+
+
+def _match(arg_def, value, head: tuple[str, ...], where: str, avals,
+           extra: str = "error") -> list:
+  """The constants for one bound argument, in its leaves' order. With
+  `extra="ignore"` the source's arrays that are no input of the program are
+  dropped (unread); every input must still be found and match."""
   paths = tree_calls.leaf_paths(arg_def)
   given = _given_leaves(value, head, where)
   statics = {_text_path(p) for p in static.static_paths(arg_def)}
@@ -185,13 +191,16 @@ def _match(arg_def, value, head: tuple[str, ...], where: str, avals) -> list:
     if any(type(d) is symbolic.DimExpr for d in aval.shape):
       raise UnsupportedError(
           f"bind {shown}: the input has symbolic dimensions "
-          f"({aval.str_short()}); trace the program with concrete shapes "
-          "for the bound arguments")
+          f"({aval.str_short()}); fix them first with "
+          "Program.specialize (jaxpr-load --dims), or trace the program "
+          "with concrete shapes for the bound arguments")
     if text not in given:
       raise TypeError(f"bind {shown}: the program takes {aval.str_short()}, "
                       f"the source has nothing there"
                       f"{_missing_hint(value, given, text)}")
     leaves.append(_leaf_value(_resolved(given.pop(text)), aval, shown))
+  if extra == "ignore":
+    return leaves
   for text, leaf in given.items():
     leaf = _resolved(leaf)
     if text in statics or leaf is None or isinstance(leaf, static.Static):
@@ -199,7 +208,10 @@ def _match(arg_def, value, head: tuple[str, ...], where: str, avals) -> list:
     shown = where + "".join(f"[{k!r}]" for k in text)
     raise TypeError(f"bind {shown}: the source has {_found_text(leaf)}, "
                     f"which is not an input of the program (it takes "
-                    f"{len(paths)} arrays under {where})")
+                    f"{len(paths)} arrays under {where}); to bind only "
+                    f"what the program takes, pass extra='ignore' "
+                    f"(ProgramRestore: bind_extra='ignore'; jaxpr-load: "
+                    f"--bind-ignore-extra)")
   return leaves
 
 
@@ -229,12 +241,13 @@ def _leaf_value(x, aval, shown: str):
     raise TypeError(f"bind {shown}: the program takes {aval.str_short()}, "
                     f"the source has {_found_text(x)}")
   if compat.is_prng_key_dtype(aval.dtype):
-    ok = getattr(x, "dtype", None) == aval.dtype and (
-        tuple(x.shape) == tuple(aval.shape))
-    if not ok:
-      raise TypeError(f"bind {shown}: the program takes {aval.str_short()}, "
-                      f"the source has {_found_text(x)}")
-    return x
+    if compat.is_prng_key_dtype(getattr(x, "dtype", None)):
+      if x.dtype != aval.dtype or tuple(x.shape) != tuple(aval.shape):
+        raise TypeError(f"bind {shown}: the program takes "
+                        f"{aval.str_short()}, the source has "
+                        f"{_found_text(x)}")
+      return x
+    return _key_data(x, aval, shown)
   if isinstance(x, (bool, int, float, complex)) and aval.weak_type:
     x = np.asarray(x, aval.dtype)  # a Python scalar, as a call passes it
   shape, dtype = tuple(np.shape(x)), np.dtype(_dtype_of(x))
@@ -246,6 +259,38 @@ def _leaf_value(x, aval, shown: str):
   # numpy whatever the source (a device array, an npz member): the saved
   # bytes do not depend on where the weights came from.
   return np.asarray(x)
+
+
+class KeyData:
+  """The raw data of a typed key input (what `jax.random.key_data` gives,
+  and what Orbax saves of a key array), to be wrapped as a key of `impl`
+  once read."""
+
+  def __init__(self, data, impl):
+    self.data, self.impl = data, impl
+
+
+def _key_data(x, aval, shown: str) -> KeyData:
+  """`x`, key data for the key input `aval` of `shown`: a uint32 array of
+  the key shape followed by the shape of the program's impl's key data
+  (threefry (2,), rbg (4,)); it is wrapped as a key of that impl, as
+  `jax.random.wrap_key_data(x, impl=...)` wraps it. A key's data does not
+  record its impl: the program's declaration is the one there is."""
+  impl = compat.key_impl_of(aval.dtype)
+  expected = tuple(aval.shape) + tuple(impl.key_shape)
+  shape, dtype = tuple(np.shape(x)), np.dtype(_dtype_of(x))
+  if shape != expected or dtype != np.uint32:
+    raise TypeError(
+        f"bind {shown}: the program takes {aval.str_short()} (impl "
+        f"{impl.name}), whose key data is {_type_text(expected, np.uint32)}; "
+        f"the source has {_type_text(shape, dtype)}")
+  return KeyData(x if isinstance(x, Deferred) else np.asarray(x), impl)
+
+
+def _wrap_keys(bound: dict[int, Any], keys: dict[int, Any]) -> None:
+  """The key data in `bound` (read) wrapped as keys of their impls."""
+  for i, impl in keys.items():
+    bound[i] = compat.wrap_key_data(np.asarray(bound[i]), impl)
 
 
 def _read_deferred(bound: dict[int, Any]) -> None:
@@ -300,9 +345,13 @@ def _new_in_tree(in_tree, n_args: int, kw_names) -> Any:
                                [kw_children[i] for i in keep])])
 
 
-def bind(prog, args: tuple, kwargs: dict):
+def bind(prog, args: tuple, kwargs: dict, extra: str = "error"):
   """`Program.bind` (see there): the bound program's (closed jaxpr,
   in_tree)."""
+  if extra not in EXTRA_CHOICES:
+    raise ValueError(f"bind: extra={extra!r}; it is 'error' (a source's "
+                     "arrays that are no input are refused) or 'ignore' "
+                     "(they are dropped)")
   in_tree = prog.in_tree
   if not tree_calls.is_call_signature(in_tree):
     raise UnsupportedError(
@@ -340,9 +389,12 @@ def bind(prog, args: tuple, kwargs: dict):
   for head, where, arg_def, value in items:
     first = starts[head]
     leaves = _match(arg_def, value, head, where,
-                    avals[first:first + arg_def.num_leaves])
+                    avals[first:first + arg_def.num_leaves], extra)
     bound.update(zip(range(first, first + len(leaves)), leaves))
+  keys = {i: x.impl for i, x in bound.items() if isinstance(x, KeyData)}
+  bound.update((i, bound[i].data) for i in keys)
   _read_deferred(bound)
+  _wrap_keys(bound, keys)
   order = sorted(bound)
   invars = list(jaxpr.invars)
   info = jaxpr.debug_info

@@ -139,7 +139,7 @@ class Program:
       text += "\n" + "\n".join(lines)
     return text
 
-  def bind(self, *args, **kwargs) -> "Program":
+  def bind(self, *args, extra: str = "error", **kwargs) -> "Program":
     """The program with its leading positional arguments `args` and the
     keyword arguments `kwargs` fixed to these values, like
     `functools.partial`: e.g. `predict.bind(params)` of `predict(params, x)`
@@ -155,6 +155,19 @@ class Program:
     `jaxpr-load --bind` reads) holds only its source's metadata until every
     value has matched; its arrays are read then, up to the source's limit.
 
+    A typed PRNG key input (`key<fry>[]`) also takes its key data, as
+    `jax.random.key_data` gives it and Orbax saves it (a Flax NNX `RngKey`):
+    a uint32 array of the key's shape followed by the shape of the
+    program's impl's key data (threefry `(2,)`, rbg `(4,)`), wrapped as a
+    key of the program's impl.
+
+    `extra="ignore"` binds the part of a value that the program takes: the
+    arrays at key paths that are no input of the program are dropped,
+    unread (a whole Flax NNX state bound to a program of its `nnx.Param`s).
+    Every input of a bound argument must still be found and match. The
+    default, `extra="error"`, refuses them. (`extra` is this method's own:
+    a program keyword argument named `extra` cannot be bound by name.)
+
     Raises:
       TypeError: a value does not match: the message names the first
         mismatching key path, the type the program takes and the one found.
@@ -163,8 +176,24 @@ class Program:
       UnsupportedError: the program's signature is not `(args, kwargs)`, or
         a bound input has symbolic dimensions or is a mutable ref.
     """
-    closed, in_tree = binding.bind(self, args, kwargs)
+    closed, in_tree = binding.bind(self, args, kwargs, extra)
     return Program(closed, in_tree, self.out_tree, self.metadata)
+
+  def specialize(self, **sizes: int) -> "Program":
+    """The program with the symbolic dimensions named fixed to these sizes
+    (`prog.specialize(b=1)`), the others left symbolic: what a runtime
+    that wants static shapes takes (`converters.to_tflite`), or a program
+    whose weights `bind` can then take. It computes what the original
+    computes at those sizes, and saves and loads as any program.
+
+    Raises:
+      TypeError: a name is not a dimension variable of the program's
+        inputs (the message lists them).
+      ValueError: a size is below 1, or the sizes violate a constraint of
+        the program (the message names it).
+    """
+    closed = specialize.fix_dims(self.closed_jaxpr, self.in_tree, sizes)
+    return Program(closed, self.in_tree, self.out_tree, self.metadata)
 
   def _check_dtypes(self, flat):
     """`flat` checked against the input dtypes (jaxpr_io/api/inputs.py),

@@ -206,3 +206,74 @@ def for_shapes(closed, tree, shapes):
     return closed
   return specialize(closed, symbolic.solve_dims(closed.in_avals, tree,
                                                 shapes))
+
+
+
+def fix_dims(closed, tree, sizes: dict[str, int]):
+  """`closed` with the dimension variables named in `sizes` fixed to those
+  sizes and the others left symbolic (`Program.specialize`).
+
+  Raises TypeError for a name that is no dimension variable of the inputs,
+  ValueError for a size below 1 or one that violates a constraint of the
+  program (named). Each constraint whose variables are all fixed is
+  checked; fixing every variable also checks the shapes with JAX's own
+  solver, as a call at those shapes does. The constraints on variables
+  left symbolic are carried over to them (a new scope, the fixed sizes
+  substituted); a ValueError if they leave one no size."""
+  names = symbolic.dim_vars(closed.in_avals)
+  for name, size in sizes.items():
+    if name not in names:
+      raise TypeError(
+          f"{name!r} is not a symbolic dimension of the program's inputs "
+          f"(it has: {', '.join(sorted(names)) or 'none'})")
+    if type(size) is not int or size < 1:  # JAX's: every variable >= 1
+      raise ValueError(f"{name}={size!r}: a dimension size is an int >= 1")
+  if not sizes:
+    return closed
+  scope = next(symbolic.scope_of(d) for a in closed.in_avals
+               for d in a.shape if symbolic.is_symbolic(d))
+  kept = _constraints_left(scope, sizes)
+  if names <= sizes.keys():
+    shapes = [tuple(symbolic.evaluate_dim(d, sizes)
+                    if symbolic.is_symbolic(d) else d for d in a.shape)
+              for a in closed.in_avals]
+    try:
+      env = symbolic.solve_dims(closed.in_avals, tree, shapes)
+    except ValueError as e:
+      raise ValueError(f"{_sizes_text(sizes)} do not fit the program: "
+                       f"{e}") from None
+    return specialize(closed, env)
+  new_scope = symbolic.new_scope(kept)
+  env: dict = dict(sizes)
+  for name in sorted(names - sizes.keys()):
+    env[name] = symbolic.parse_dim(name, new_scope)
+    try:
+      symbolic.check_satisfiable(env[name])
+    except ValueError as e:
+      raise ValueError(
+          f"{_sizes_text(sizes)} leaves no size for {name} under the "
+          f"program's constraints, which become {', '.join(kept)} "
+          f"({e})") from None
+  return specialize(closed, env)
+
+
+def _sizes_text(sizes: dict[str, int]) -> str:
+  return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def _constraints_left(scope, sizes: dict[str, int]) -> list[str]:
+  """The scope's constraints with `sizes` substituted: each one left with
+  no variable is checked (ValueError naming it if false), the others are
+  returned as text for the variables left symbolic."""
+  def side(e):
+    return symbolic.evaluate_dim(e, sizes) if symbolic.is_symbolic(e) else e
+  kept = []
+  for text, e1, op, e2 in symbolic.explicit_constraints(scope):
+    v1, v2 = side(e1), side(e2)
+    if symbolic.is_symbolic(v1) or symbolic.is_symbolic(v2):
+      kept.append(f"{v1} {op} {v2}")
+    elif (v1 != v2) if op == "==" else (v1 < v2):
+      raise ValueError(
+          f"{_sizes_text(sizes)} violates the program's constraint "
+          f"{text!r} ({v1} {op} {v2} is false)")
+  return kept

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from jax._src.export import shape_poly
 
 DimExpr = shape_poly._DimExpr  # pylint: disable=protected-access
@@ -82,3 +84,32 @@ def same_dims(shape1, shape2) -> bool:
     if d1 is not d2 and d1 != d2:
       return False
   return True
+
+
+def dim_vars(avals) -> set[str]:
+  """The names of the dimension variables in the shapes of `avals`."""
+  names: set[str] = set()
+  for a in avals:
+    for d in getattr(a, "shape", ()):
+      if is_symbolic(d):
+        names |= d._get_vars()  # pylint: disable=protected-access
+  return names
+
+
+def vars_of(dim) -> set[str]:
+  return dim._get_vars() if is_symbolic(dim) else set()  # pylint: disable=protected-access
+
+
+def explicit_constraints(scope) -> list[tuple[str, Any, str, Any]]:
+  """The scope's explicit constraints as (text as the user wrote it, left
+  side, "==" or ">=", right side), in order."""
+  return [(c.debug_str, c.e1,
+           "==" if c.cmp == shape_poly.Comparator.EQ else ">=", c.e2)
+          for c in scope._explicit_constraints]  # pylint: disable=protected-access
+
+
+def check_satisfiable(dim) -> None:
+  """Raises ValueError (JAX's "Unsatisfiable constraint: ...") when the
+  constraints of `dim`'s scope leave it no value: JAX decides that only
+  when it first bounds an expression of the scope."""
+  shape_poly._bounds_decision(dim, shape_poly.BoundsPrecision.BEST)  # pylint: disable=protected-access

@@ -57,13 +57,24 @@ def to_tflite(program, path: str | os.PathLike) -> bytes:
       # with the MLIR diagnostics: keep the first line that names an op.
       raise UnsupportedError(
           "TensorFlow's LiteRT converter cannot express the program in "
-          f"LiteRT's builtin operators: {_first_error(e)}; ship it as "
-          "StableHLO (converters.to_exported) or a SavedModel instead"
-      ) from None
+          f"LiteRT's builtin operators: {_first_error(e)}; "
+          f"{_static_hint(prog)}ship it as StableHLO "
+          "(converters.to_exported) or a SavedModel instead") from None
   _check_resizable(tf, prog, data)
   with open(os.fspath(path), "wb") as f:
     f.write(data)
   return data
+
+
+def _static_hint(prog) -> str:
+  """For a program with symbolic dimensions (whose dynamic ops LiteRT
+  often lacks): how to fix them."""
+  names = sorted(symbolic.dim_vars(prog.in_avals))
+  if not names:
+    return ""
+  sizes = ",".join(f"{n}=1" for n in names)
+  return (f"fix its symbolic dimensions first (Program.specialize("
+          f"{sizes.replace(',', ', ')}), jaxpr-load --dims {sizes}), or ")
 
 
 def _refuse_complex(prog) -> None:

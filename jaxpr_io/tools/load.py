@@ -33,6 +33,9 @@ examples:
   jaxpr-load predict.jaxpr --bind 0=ckpt/100/state:params \
       --to-saved-model models/predict/1
   jaxpr-load predict.jaxpr --bind params=params.npz -o served.jaxpr
+  # a program of a Flax NNX model's params, bound from the whole state:
+  jaxpr-load apply.jaxpr --bind 0=ckpt/3/state --bind-ignore-extra -o s.jaxpr
+  jaxpr-load vit.jaxpr --dims b=1 --to-tflite vit.tflite  # static batch
 
 --run reads the inputs from IN.npz as arg0, arg1, ... in flattened input
 order (the summary lists that order with each input's pytree path) and
@@ -48,7 +51,15 @@ weights become the program's constants: --run, --to-exported,
 --to-saved-model and -o then see a program of the remaining inputs, numbered
 arg0, arg1, ... again (a SavedModel's serving_default takes only them, the
 weights are its variables). A SOURCE that does not match the program is an
-error naming the first mismatching key path.
+error naming the first mismatching key path. A typed key input (key<fry>[])
+takes the key data Orbax saved of a key (uint32[2] for threefry), wrapped
+as a key of the program's impl. --bind-ignore-extra binds the part of each
+SOURCE that the program takes and drops its other arrays, unread.
+
+--dims NAME=SIZE[,NAME=SIZE] fixes symbolic dimensions (--dims b=1) before
+everything else, with the program's constraints checked: a runtime that
+wants static shapes (LiteRT) then gets them, and --bind can bind inputs
+that had symbolic dimensions.
 
 --to-onnx and --to-tflite run the artifact in its own runtime
 (onnxruntime, the LiteRT interpreter) on the --run inputs, or else on zeros
@@ -222,10 +233,11 @@ def parse_binds(items: Sequence[str]) -> list[tuple[int | str, str, str]]:
 _BOUND_ARG = re.compile(r"^bind (args\[(\d+)\]|kwargs\['([^']*)'\])")
 
 
-def bind(prog, binds, trusted: bool = False):
+def bind(prog, binds, trusted: bool = False, extra: str = "error"):
   """`prog.bind` with the arrays of each --bind SOURCE: each source's
   metadata first, its arrays once all have matched the program (at most
-  16x the source's size + 64 MiB of them unless `trusted`)."""
+  16x the source's size + 64 MiB of them unless `trusted`); `extra`
+  as for `Program.bind` (--bind-ignore-extra: "ignore")."""
   # lazy: import time (--bind reads Orbax checkpoints and .npz files).
   from jaxpr_io.api import bind_sources  # pylint: disable=g-import-not-at-top
   positional, keyword = [], {}
@@ -239,13 +251,37 @@ def bind(prog, binds, trusted: bool = False):
       keyword[key] = value
   try:
     with stage(PROG, "binding"):
-      return prog.bind(*positional, **keyword)
+      return prog.bind(*positional, extra=extra, **keyword)
   except TypeError as e:
     # Name the --bind the mismatch comes from.
     m = _BOUND_ARG.match(str(e))
     sources = {str(k): item for k, _, item in binds}
     item = m and sources.get(m.group(2) or m.group(3))
     raise CliError(f"--bind {item}: {e}" if item else str(e)) from None
+
+
+def parse_dims(text: str) -> dict[str, int]:
+  """NAME -> SIZE of --dims NAME=SIZE[,NAME=SIZE]."""
+  dims = {}
+  for item in text.split(","):
+    name, sep, size = item.strip().partition("=")
+    name, size = name.strip(), size.strip()
+    if not sep or not name.isidentifier() or not size.isdigit():
+      raise CliError(f"bad --dims item {item!r}: expected NAME=SIZE, e.g. "
+                     "--dims b=1,c=2")
+    if name in dims:
+      raise CliError(f"--dims fixes {name} twice")
+    dims[name] = int(size)
+  return dims
+
+
+def specialize(prog, dims: dict[str, int]):
+  """--dims: `prog.specialize(**dims)`, its refusals one line."""
+  try:
+    with stage(PROG, "fixing --dims"):
+      return prog.specialize(**dims)
+  except (TypeError, ValueError) as e:
+    raise CliError(f"--dims: {e}") from None
 
 
 def _custom_nodes(*trees) -> list[str]:
@@ -359,6 +395,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="fix input ARG (0, 1, ... or a keyword name) to "
                       "the arrays of SOURCE (an Orbax checkpoint item "
                       "directory[:KEY.PATH] or an .npz); repeatable")
+  parser.add_argument("--bind-ignore-extra", action="store_true",
+                      help="with --bind: bind the part of each SOURCE that "
+                      "the program takes (a whole Flax NNX state to a "
+                      "program of its params), dropping its other arrays "
+                      "unread")
+  parser.add_argument("--dims", metavar="NAME=SIZE[,NAME=SIZE]",
+                      help="fix symbolic dimensions (b=1,c=2) before "
+                      "--bind, --run and the conversions, with the "
+                      "program's constraints checked: for runtimes that "
+                      "want static shapes (--to-tflite)")
   parser.add_argument("-o", "--output", metavar="OUT.jaxpr",
                       help="write the program (with --bind: the bound "
                       "program) to OUT.jaxpr")
@@ -385,6 +431,10 @@ def _main(argv: Sequence[str]) -> int:
                    "--to-tflite; give one of them")
   platforms = parse_platforms(args)
   binds = parse_binds(args.bind)
+  if args.bind_ignore_extra and not binds:
+    raise CliError("--bind-ignore-extra binds the part of a --bind SOURCE "
+                   "that the program takes; give --bind")
+  dims = parse_dims(args.dims) if args.dims else None
   for out in (args.output, args.out, args.html, args.to_onnx,
               args.to_tflite):
     out_dir = os.path.dirname(out or "")
@@ -400,12 +450,15 @@ def _main(argv: Sequence[str]) -> int:
     # (so it also shows files this JAX release cannot load).
     if not (args.check or args.text or args.run or args.to_exported
             or args.to_saved_model or args.to_onnx or args.to_tflite
-            or args.output or binds):
+            or args.output or binds or dims):
       return 0
   with stage(PROG, f"loading {args.file}"):
     prog = jaxpr_io.load(args.file, check=args.check, trusted=args.trusted)
+  if dims:
+    prog = specialize(prog, dims)
   if binds:
-    prog = bind(prog, binds, trusted=args.trusted)
+    prog = bind(prog, binds, trusted=args.trusted,
+                extra="ignore" if args.bind_ignore_extra else "error")
   acted = False
   if args.output:
     with stage(PROG, f"writing {args.output}"):

@@ -6,6 +6,7 @@ not match is refused naming the first mismatching key path."""
 from __future__ import annotations
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ import pytest
 
 import jaxpr_io
 import jaxpr_io.orbax
+from jaxpr_io.api import bind_sources
 from jaxpr_io.api import binding
 
 
@@ -242,3 +244,63 @@ def test_converters_refuse_unknown_platforms():
   with pytest.raises(ValueError, match="unknown platform 'gpu': valid "
                      "platforms are cpu, cuda, rocm, tpu"):
     converters.to_exported(_program(), platforms=("cpu", "gpu"))
+
+
+# ------------------------------------------------- key data for typed keys
+def _noisy(key, x):
+  return x + jax.random.normal(key, x.shape)
+
+
+@pytest.mark.parametrize("impl,data_shape", [("threefry2x32", (2,)),
+                                             ("rbg", (4,))])
+def test_key_data_binds_as_a_key_of_the_programs_impl(impl, data_shape,
+                                                       tmp_path):
+  key = jax.random.key(5, impl=impl)
+  prog = jaxpr_io.trace(_noisy, key, X)
+  data = np.asarray(jax.random.key_data(key))
+  assert data.shape == data_shape and data.dtype == np.uint32
+  bound = prog.bind(data)
+  np.testing.assert_array_equal(np.asarray(bound(X)),
+                                np.asarray(_noisy(key, X)))
+  (const,) = bound.closed_jaxpr.consts
+  assert jax.random.key_impl(const) == jax.random.key_impl(key)
+  # The same bytes as binding the key itself; they load and re-dump.
+  assert jaxpr_io.dumps(bound) == jaxpr_io.dumps(prog.bind(key))
+  loaded = jaxpr_io.loads(jaxpr_io.dumps(bound), check=True)
+  np.testing.assert_array_equal(np.asarray(loaded(X)),
+                                np.asarray(_noisy(key, X)))
+  # From an .npz (what `jaxpr-load --bind` reads), read once matched.
+  np.savez(tmp_path / "key.npz", **{"args[0]": data})
+  from_npz = prog.bind(bind_sources.load_source(str(tmp_path / "key.npz")))
+  assert jaxpr_io.dumps(from_npz) == jaxpr_io.dumps(bound)
+  # A batch of keys: the key shape, then the key data's.
+  keys = jax.random.split(key, 3)
+  batch = jaxpr_io.trace(lambda k, x: jax.vmap(_noisy, (0, None))(k, x),
+                         keys, X)
+  np.testing.assert_array_equal(
+      np.asarray(batch.bind(np.asarray(jax.random.key_data(keys)))(X)),
+      np.asarray(jax.vmap(_noisy, (0, None))(keys, X)))
+
+
+@pytest.mark.parametrize("impl,value,found", [
+    ("threefry2x32", np.zeros(4, np.uint32), r"uint32\[4\]"),
+    ("threefry2x32", np.zeros(2, np.int32), r"int32\[2\]"),
+    ("threefry2x32", np.zeros((1, 2), np.uint32), r"uint32\[1,2\]"),
+    ("rbg", np.zeros(2, np.uint32), r"uint32\[2\]"),
+])
+def test_key_data_of_another_impl_or_shape_is_refused(impl, value, found):
+  key = jax.random.key(0, impl=impl)
+  prog = jaxpr_io.trace(_noisy, key, X)
+  expected = "uint32[2]" if impl == "threefry2x32" else "uint32[4]"
+  with pytest.raises(TypeError) as info:
+    prog.bind(value)
+  message = str(info.value)
+  assert "\n" not in message
+  assert message.startswith(f"bind args[0]: the program takes "
+                            f"{prog.in_avals[0].str_short()} (impl {impl}), "
+                            f"whose key data is {expected}; the source has ")
+  assert re.search(found + "$", message), message
+  # A typed key of another impl is refused as before.
+  other = "rbg" if impl == "threefry2x32" else "threefry2x32"
+  with pytest.raises(TypeError, match=r"bind args\[0\]: the program takes"):
+    prog.bind(jax.random.key(0, impl=other))
