@@ -37,7 +37,7 @@ from jax._src import tree_util
 from jax._src import util as jax_util
 
 from jaxpr_io.format import vocabulary
-from jaxpr_io.compat import hi_linearized, pallas_pipeline, tree_tuples
+from jaxpr_io.compat import hi_linearized, hi_solves, pallas_pipeline, tree_tuples
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError
 
@@ -279,7 +279,10 @@ class Jax011(Adapter):
   # HiPrim subclasses (0.10's two, now on the new base class); no
   # jax.numpy function binds them yet in 0.11.
   hi_prim_classes = {"jax.numpy.SearchSorted": numpy_hijax.SearchSorted,
-                     "jax.numpy.Nonzero": numpy_hijax.Nonzero}
+                     "jax.numpy.Nonzero": numpy_hijax.Nonzero,
+                     # lax.custom_root binds them (compat/hi_solves.py).
+                     "jax.lax.CustomRoot": hi_solves.CustomRoot,
+                     "jax.lax.RootLinearMap": hi_solves.RootLinearMap}
   hi_prim_bases = (jax_hijax.HiPrim,)
 
   def future_done(self, aval):

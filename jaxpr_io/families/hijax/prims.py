@@ -39,6 +39,7 @@ from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.codec import params
 from jaxpr_io.codec.registry import register_param_codec
+from jaxpr_io.families.hijax import solves
 
 
 class Field(NamedTuple):
@@ -109,13 +110,14 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
 # The first JAX release with each class of `_FIELDS` that not every
 # supported release has. A file naming one was written under such a
 # release; loading it under an older one says so (`missing_here`).
-_SINCE = {"jax.numpy.Ldexp": "0.12", "jax.numpy.Frexp": "0.12"}
+_SINCE = {"jax.numpy.Ldexp": "0.12", "jax.numpy.Frexp": "0.12",
+          **solves.SINCE}
 
 
 def missing_here(name: str) -> str | None:
   """Why a record named `name` cannot be loaded under this JAX release, if
   it names one of the table's classes that this release lacks; else None."""
-  if name not in _FIELDS or name in compat.ADAPTER.hi_prim_classes:
+  if name not in _SINCE or name in compat.ADAPTER.hi_prim_classes:
     return None
   return (f"{name!r} is a hi primitive class of JAX {_SINCE[name]} and "
           f"later (jaxpr_io/families/hijax/prims.py), which this JAX ({jax.__version__}) "
@@ -247,7 +249,10 @@ def register_hi_primitive(cls: type, *, name: str,
 
 
 for _name, _cls in compat.ADAPTER.hi_prim_classes.items():
-  _register(_cls, _name, _FIELDS[_name])
+  if _name in _FIELDS:
+    _register(_cls, _name, _FIELDS[_name])
+# Classes whose constructors take callables (lax.custom_root's).
+solves.register(compat.ADAPTER.hi_prim_classes)
 
 
 params.register_explainers(refusal=refusal, missing_record=missing_here)
