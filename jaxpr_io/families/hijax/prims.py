@@ -39,7 +39,7 @@ from jaxpr_io.compat import symbolic
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.codec import params
 from jaxpr_io.codec.registry import register_param_codec
-from jaxpr_io.families.hijax import solves
+from jaxpr_io.families.hijax import jax_classes, solves
 
 
 class Field(NamedTuple):
@@ -201,6 +201,11 @@ def refusal(value) -> str | None:
     return None
   known = (", ".join(sorted(compat.ADAPTER.hi_prim_classes))
            or "none in this JAX release")
+  why = jax_classes.refusal_reason(_describe(type(value)))
+  if why is not None:
+    return (f"the hi primitive {_describe(type(value))} is JAX's own, but "
+            f"jaxpr_io does not store it: {why} (jaxpr_io/families/hijax/"
+            f"jax_classes.py lists JAX's classes; it stores {known})")
   return (f"the hi primitive {_describe(type(value))} is a class of its "
           "own, whose rules (expand, jvp, batch, vjp) are Python code that "
           "a file cannot hold. jaxpr_io stores only JAX's own hi primitives, "
