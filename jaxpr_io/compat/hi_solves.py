@@ -14,7 +14,6 @@ that jaxpr, `jaxpr_fun` the function of a jaxpr, built as
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 import jax
@@ -35,41 +34,41 @@ def trace(fn: Callable, *avals) -> tuple[Any, Any]:
   """(jaxpr, output treedef) of `fn` called on pytrees of avals `avals`.
 
   A function that only calls a jaxpr (a closure-converted one: what
-  `jaxpr_fun` and JAX build) gives that jaxpr itself, as
+  `jaxpr_fun` and JAX build) gives that jaxpr itself (`unwrap`), as
   `Traced.with_consts_as_arg` unwraps it: so a rebuilt object traces to
   the jaxpr it was built from, and re-dumps to the same bytes. Returns
   (None, None) when the trace captured constants: the classes pass every
   constant as an argument, so such a callable is none of JAX's."""
   traced = jax.jit(fn).trace(*avals)
-  jaxpr = traced.jaxpr
-  if traced._consts or jaxpr.consts:  # pylint: disable=protected-access
+  if traced._consts or traced.jaxpr.consts:  # pylint: disable=protected-access
     return None, None
-  if (len(jaxpr.eqns) == 1
-      and (eqn := jaxpr.eqns[0]).primitive is _EVAL_JAXPR
-      and list(eqn.invars) == list(jaxpr.invars)
-      and list(eqn.outvars) == list(jaxpr.outvars)
-      and not eqn.params["call_jaxpr"].consts):
+  return unwrap(traced.jaxpr), traced.out_tree
+
+
+def unwrap(jaxpr):
+  """The jaxpr that `jaxpr` only calls, through any number of
+  `eval_jaxpr` equations that pass its inputs and outputs through (as a
+  function built by `jaxpr_fun` traces, under vmap too); else `jaxpr`."""
+  while (not jaxpr.consts and len(jaxpr.eqns) == 1
+         and (eqn := jaxpr.eqns[0]).primitive is _EVAL_JAXPR
+         and list(eqn.invars) == list(jaxpr.invars)
+         and list(eqn.outvars) == list(jaxpr.outvars)
+         and not eqn.params["call_jaxpr"].consts):
     jaxpr = eqn.params["call_jaxpr"]
-  return jaxpr, traced.out_tree
+  return jaxpr
 
 
-def jaxpr_fun(jaxpr, out_tree) -> Callable:
+def jaxpr_fun(jaxpr, out_tree, qualname: str) -> Callable:
   """The function that applies `jaxpr` to the leaves of its arguments and
   returns its results as a pytree of `out_tree`: `Traced.closure_convert`'s
-  function, with the constants among the arguments."""
+  function, with the constants among the arguments. It has the qualified
+  name `qualname` (the original's), which JAX prints among the params."""
   def fun(*args):
     out_flat = _EVAL_JAXPR.bind(*jax.tree_util.tree_leaves(args),
                                 call_jaxpr=jaxpr)
     return jax.tree_util.tree_unflatten(out_tree, out_flat)
-  # Named as JAX names its own, which prints in 0.11's CustomRoot params.
-  fun.__name__, fun.__qualname__ = _closure_converted_name()
+  fun.__qualname__, fun.__name__ = qualname, qualname.rsplit(".", 1)[-1]
   return fun
-
-
-@functools.cache
-def _closure_converted_name() -> tuple[str, str]:
-  _, fun = jax.jit(lambda: ()).trace().closure_convert()
-  return fun.__name__, fun.__qualname__
 
 
 def effects(jaxpr) -> frozenset:

@@ -10,9 +10,13 @@ and rebuilt as the function of that jaxpr (`hi_solves.jaxpr_fun`). The
 records, after the flat input avals and their treedef:
 
   jax.lax.CustomRoot     (in_avals, in_tree, out_tree, solve_jaxpr,
-                          f_jaxpr, tangent_solve_jaxpr, has_aux)
+                          f_jaxpr, tangent_solve_jaxpr, has_aux, names)
   jax.lax.RootLinearMap  (in_avals, in_tree, out_avals, out_tree, f_jaxpr,
-                          transposed)
+                          transposed, names)
+
+where `names` holds the callables' qualified names (f, solve,
+tangent_solve; f), which JAX prints among the params ("fun" of
+`closure_convert`, "batched" of `vmap_rule`): only printed, never looked up.
 
 What is derived is not stored: CustomRoot's `solve` is the function of its
 `solve_jaxpr` param (both come from one trace, in `custom_root` and in its
@@ -27,6 +31,7 @@ class calls it with.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import jax
@@ -85,7 +90,9 @@ def _encode_custom_root(prim) -> tuple:
   roots = _roots_of(prim.has_aux, prim.out_aval)
   root_tree = jax.tree_util.tree_structure(roots)
   solve = _traced(name, "solve", prim.solve, out_tree, *prim.in_avals[:2])
-  if str(solve) != str(prim.solve_jaxpr):
+  # Unwrapped alike: JAX's batch rule traces the solve function to a call
+  # of the jaxpr that `trace` gives.
+  if str(solve) != str(hi_solves.unwrap(prim.solve_jaxpr)):
     raise UnsupportedError(
         f"hi primitive {name!r}: its solve function is not its solve_jaxpr "
         "param, which jaxpr_io/families/hijax/solves.py derives it from")
@@ -93,7 +100,8 @@ def _encode_custom_root(prim) -> tuple:
             _traced(name, "f", prim.f, root_tree, prim.in_avals[2], roots),
             _traced(name, "tangent_solve", prim.tangent_solve, root_tree,
                     prim.in_avals[3], roots, _tangents(roots)),
-            prim.has_aux)
+            prim.has_aux,
+            _names(name, prim.f, prim.solve, prim.tangent_solve))
   _check_rebuilt(name, prim, _decode_custom_root(values, UnsupportedError),
                  ("has_aux",))
   return values
@@ -105,11 +113,29 @@ def _encode_root_linear_map(prim) -> tuple:
   out_flat, out_tree = _flat_avals(name, prim.out_aval)
   values = (in_flat, in_tree, out_flat, out_tree,
             _traced(name, "f", prim.f, _f_tree(prim), *prim.in_avals[:2]),
-            prim.transposed)
+            prim.transposed, _names(name, prim.f))
   _check_rebuilt(name, prim,
                  _decode_root_linear_map(values, UnsupportedError),
                  ("transposed",))
   return values
+
+
+# What a stored name may be: Python's qualified names of functions.
+_NAME = re.compile(r"[A-Za-z_][\w<>]*(\.[A-Za-z_<][\w<>]*)*")
+
+
+def _names(name, *fns) -> tuple[str, ...]:
+  names = tuple(getattr(fn, "__qualname__", None) for fn in fns)
+  if not _are_names(names, len(fns)):
+    raise UnsupportedError(f"hi primitive {name!r}: its callables' names "
+                           f"{names!r:.200} are not functions' names")
+  return names
+
+
+def _are_names(names, n: int) -> bool:
+  return type(names) is tuple and len(names) == n and all(
+      type(s) is str and len(s) <= 200 and _NAME.fullmatch(s)
+      for s in names)
 
 
 def _f_tree(prim):
@@ -192,10 +218,13 @@ def _construct(name, cls, args, error):
 def _decode_custom_root(stored, error=FormatError):
   name = CUSTOM_ROOT
   _check_type(name, "the record", stored,
-              type(stored) is tuple and len(stored) == 7,
+              type(stored) is tuple and len(stored) == 8,
               "(in_avals, in_tree, out_tree, solve_jaxpr, f_jaxpr, "
-              "tangent_solve_jaxpr, has_aux)", error)
-  in_flat, in_tree, out_tree, solve, f, tangent_solve, has_aux = stored
+              "tangent_solve_jaxpr, has_aux, names)", error)
+  (in_flat, in_tree, out_tree, solve, f, tangent_solve, has_aux,
+   names) = stored
+  _check_type(name, "names", names, _are_names(names, 3),
+              "3 functions' names", error)
   in_avals = _unflatten(name, in_flat, in_tree, 4, error)
   _check_type(name, "has_aux", has_aux, type(has_aux) is bool, "a bool",
               error)
@@ -203,11 +232,13 @@ def _decode_custom_root(stored, error=FormatError):
               "a jaxpr", error)
   _check_type(name, "out_tree", out_tree,
               type(out_tree) is compat_pytrees.PyTreeDef
-              and out_tree.num_leaves == len(solve.outvars)
-              and (not has_aux or out_tree.num_children == 2),
+              and out_tree.num_leaves == len(solve.outvars),
               "the treedef of solve_jaxpr's outputs", error)
   out_aval = jax.tree_util.tree_unflatten(
       out_tree, [v.aval for v in solve.outvars])
+  _check_type(name, "out_tree", out_tree, not has_aux or (
+      type(out_aval) is tuple and len(out_aval) == 2),
+      "the treedef of a pair (root, aux) with has_aux", error)
   roots = _roots_of(has_aux, out_aval)
   _check_jaxpr(name, "solve_jaxpr", solve, in_avals[:2], out_aval, error)
   _check_jaxpr(name, "f_jaxpr", f, (in_avals[2], roots), roots, error)
@@ -216,19 +247,21 @@ def _decode_custom_root(stored, error=FormatError):
                error)
   root_tree = jax.tree_util.tree_structure(roots)
   return _construct(name, hi_solves.CustomRoot, (
-      hi_solves.jaxpr_fun(f, root_tree),
-      hi_solves.jaxpr_fun(solve, out_tree),
-      hi_solves.jaxpr_fun(tangent_solve, root_tree),
+      hi_solves.jaxpr_fun(f, root_tree, names[0]),
+      hi_solves.jaxpr_fun(solve, out_tree, names[1]),
+      hi_solves.jaxpr_fun(tangent_solve, root_tree, names[2]),
       hi_solves.SolveTraced(solve, out_aval), in_avals, has_aux), error)
 
 
 def _decode_root_linear_map(stored, error=FormatError):
   name = ROOT_LINEAR_MAP
   _check_type(name, "the record", stored,
-              type(stored) is tuple and len(stored) == 6,
+              type(stored) is tuple and len(stored) == 7,
               "(in_avals, in_tree, out_avals, out_tree, f_jaxpr, "
-              "transposed)", error)
-  in_flat, in_tree, out_flat, out_tree, f, transposed = stored
+              "transposed, names)", error)
+  in_flat, in_tree, out_flat, out_tree, f, transposed, names = stored
+  _check_type(name, "names", names, _are_names(names, 1),
+              "1 function's name", error)
   in_avals = _unflatten(name, in_flat, in_tree, 3, error)
   _check_type(name, "out_avals", out_flat, type(out_flat) is tuple and all(
       type(a) is compat.ShapedArray for a in out_flat),
@@ -243,7 +276,8 @@ def _decode_root_linear_map(stored, error=FormatError):
   f_out = in_avals[2] if transposed else out_aval
   _check_jaxpr(name, "f_jaxpr", f, in_avals[:2], f_out, error)
   return _construct(name, hi_solves.RootLinearMap, (
-      hi_solves.jaxpr_fun(f, jax.tree_util.tree_structure(f_out)),
+      hi_solves.jaxpr_fun(f, jax.tree_util.tree_structure(f_out),
+                          names[0]),
       in_avals, out_aval, hi_solves.effects(f), transposed), error)
 
 
