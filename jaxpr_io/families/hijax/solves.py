@@ -40,6 +40,7 @@ from jaxpr_io import compat
 from jaxpr_io.codec.registry import register_param_codec
 from jaxpr_io.compat import hi_solves
 from jaxpr_io.compat import pytrees as compat_pytrees
+from jaxpr_io.compat import specialize
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 CUSTOM_ROOT = "jax.lax.CustomRoot"
@@ -83,7 +84,7 @@ def _traced(name, what, fn, out_tree, *avals):
   return jaxpr
 
 
-def _encode_custom_root(prim) -> tuple:
+def _custom_root_fields(prim) -> tuple:
   name = CUSTOM_ROOT
   in_flat, in_tree = _flat_avals(name, prim.in_avals)
   _, out_tree = _flat_avals(name, prim.out_aval)
@@ -96,25 +97,33 @@ def _encode_custom_root(prim) -> tuple:
     raise UnsupportedError(
         f"hi primitive {name!r}: its solve function is not its solve_jaxpr "
         "param, which jaxpr_io/families/hijax/solves.py derives it from")
-  values = (in_flat, in_tree, out_tree, prim.solve_jaxpr,
-            _traced(name, "f", prim.f, root_tree, prim.in_avals[2], roots),
-            _traced(name, "tangent_solve", prim.tangent_solve, root_tree,
-                    prim.in_avals[3], roots, _tangents(roots)),
-            prim.has_aux,
-            _names(name, prim.f, prim.solve, prim.tangent_solve))
-  _check_rebuilt(name, prim, _decode_custom_root(values, UnsupportedError),
-                 ("has_aux",))
+  return (in_flat, in_tree, out_tree, prim.solve_jaxpr,
+          _traced(name, "f", prim.f, root_tree, prim.in_avals[2], roots),
+          _traced(name, "tangent_solve", prim.tangent_solve, root_tree,
+                  prim.in_avals[3], roots, _tangents(roots)),
+          prim.has_aux,
+          _names(name, prim.f, prim.solve, prim.tangent_solve))
+
+
+def _encode_custom_root(prim) -> tuple:
+  values = _custom_root_fields(prim)
+  _check_rebuilt(CUSTOM_ROOT, prim,
+                 _decode_custom_root(values, UnsupportedError), ("has_aux",))
   return values
 
 
-def _encode_root_linear_map(prim) -> tuple:
+def _root_linear_map_fields(prim) -> tuple:
   name = ROOT_LINEAR_MAP
   in_flat, in_tree = _flat_avals(name, prim.in_avals)
   out_flat, out_tree = _flat_avals(name, prim.out_aval)
-  values = (in_flat, in_tree, out_flat, out_tree,
-            _traced(name, "f", prim.f, _f_tree(prim), *prim.in_avals[:2]),
-            prim.transposed, _names(name, prim.f))
-  _check_rebuilt(name, prim,
+  return (in_flat, in_tree, out_flat, out_tree,
+          _traced(name, "f", prim.f, _f_tree(prim), *prim.in_avals[:2]),
+          prim.transposed, _names(name, prim.f))
+
+
+def _encode_root_linear_map(prim) -> tuple:
+  values = _root_linear_map_fields(prim)
+  _check_rebuilt(ROOT_LINEAR_MAP, prim,
                  _decode_root_linear_map(values, UnsupportedError),
                  ("transposed",))
   return values
@@ -281,13 +290,29 @@ def _decode_root_linear_map(stored, error=FormatError):
       in_avals, out_aval, hi_solves.effects(f), transposed), error)
 
 
+def _specializer(fields: Callable[[Any], tuple],
+                 decode: Callable[..., Any]) -> Callable[[Any, Any], Any]:
+  """For a program specialized to concrete sizes (compat/specialize.py):
+  the object rebuilt from its fields, each specialized (its avals, and its
+  jaxprs, which its callables would otherwise apply at symbolic types)."""
+  def specialized(prim, specializer):
+    values = fields(prim)
+    return decode(tuple(specializer.value(v) for v in values),
+                  UnsupportedError)
+  return specialized
+
+
 def register(classes: dict[str, type]) -> None:
   """Registers the codecs of the classes among `classes` (the running
   release's table: stable name -> class) that this module stores."""
-  codecs: dict[str, tuple[Callable[[Any], tuple], Callable[[tuple], Any]]] = {
-      CUSTOM_ROOT: (_encode_custom_root, _decode_custom_root),
-      ROOT_LINEAR_MAP: (_encode_root_linear_map, _decode_root_linear_map)}
-  for name, (encode, decode) in codecs.items():
+  codecs = {
+      CUSTOM_ROOT: (_custom_root_fields, _encode_custom_root,
+                    _decode_custom_root),
+      ROOT_LINEAR_MAP: (_root_linear_map_fields, _encode_root_linear_map,
+                        _decode_root_linear_map)}
+  for name, (fields, encode, decode) in codecs.items():
     if name in classes:
       register_param_codec(classes[name], name=name, encode=encode,
                            decode=decode)
+      specialize.register_specializer(
+          value_type=classes[name], specialize=_specializer(fields, decode))

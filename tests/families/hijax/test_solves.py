@@ -192,6 +192,41 @@ def test_programs_traced_under_transforms_round_trip(name, t_name):
   assert_bit_identical(jvp(loaded)(*args), jvp(g)(*args))
 
 
+@pytest.mark.parametrize("name", ["custom_root_sqrt",
+                                  "custom_root_pytree_has_aux",
+                                  "custom_linear_solve_transpose_solve"])
+def test_symbolic_sizes(name):
+  # Traced at a symbolic size, called at a concrete one: the callables'
+  # jaxprs are specialized with the program (families/hijax/solves.py).
+  f, x, _ = PROGRAMS[name]
+  vector = name.startswith("custom_linear_solve")
+  g = jax.vmap(f) if vector else f
+  b, = jax.export.symbolic_shape("b")
+  spec = jax.ShapeDtypeStruct((b, 3) if vector else (b,), np.float32)
+  loaded = assert_roundtrip(jaxpr_io.trace(g, spec))
+  xs = _batch(x) if vector else x
+  assert_bit_identical(loaded(xs), g(xs))
+  for t_name, transform in _transforms(True).items():
+    args = _args(t_name, xs)
+    assert_bit_identical(jax.jit(transform(loaded))(*args),
+                         jax.jit(transform(g))(*args))
+
+
+@pytest.mark.parametrize("name", ["custom_root_sqrt",
+                                  "custom_root_pytree_has_aux"])
+def test_the_same_bytes_every_time(name):
+  # dumps traces the callables: twice, and after the original was
+  # differentiated and batched, it writes the same bytes.
+  f, x, _ = PROGRAMS[name]
+  prog = jaxpr_io.trace(f, x)
+  first = jaxpr_io.dumps(prog)
+  assert jaxpr_io.dumps(prog) == first
+  jax.grad(_loss(f))(x)
+  jax.vmap(f)(_batch(x))
+  assert jaxpr_io.dumps(prog) == first
+  assert jaxpr_io.dumps(jaxpr_io.trace(f, x)) == first
+
+
 # --------------------------------------------------------- crafted files
 needs_hi_root = pytest.mark.skipif(
     not HI_ROOT, reason="this JAX's custom_root binds no hi primitive")
@@ -238,6 +273,21 @@ def _edited_root(edit) -> bytes:
 def test_wrong_fields_are_format_errors(edit, match):
   with pytest.raises(jaxpr_io.FormatError, match=match):
     jaxpr_io.loads(_edited_root(edit))
+
+
+@pytest.mark.skipif(HI_ROOT, reason="this JAX has the class")
+def test_a_class_of_a_newer_jax_says_which_release_has_it():
+  # A file written under JAX 0.11+ with custom_root names
+  # `jax.lax.CustomRoot`, which 0.10 lacks: crafted by renaming a
+  # SearchSorted record.
+  from jax._src.numpy import hijax as numpy_hijax  # pylint: disable=import-outside-toplevel
+  data = jaxpr_io.dumps(jaxpr_io.trace(numpy_hijax.searchsorted, A[0], X3))
+  data = proto_edit.rename_string(data, "jax.numpy.SearchSorted",
+                                  "jax.lax.CustomRoot")
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"'jax.lax.CustomRoot' is a hi primitive class of "
+                           r"JAX 0.11 and later.*under jax >= 0.11"):
+    jaxpr_io.loads(data)
 
 
 @needs_hi_root
