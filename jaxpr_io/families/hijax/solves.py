@@ -42,6 +42,7 @@ from jaxpr_io.compat import hi_solves
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.compat import specialize
 from jaxpr_io.errors import FormatError, UnsupportedError
+from jaxpr_io.safety import typecheck
 
 CUSTOM_ROOT = "jax.lax.CustomRoot"
 ROOT_LINEAR_MAP = "jax.lax.RootLinearMap"
@@ -78,9 +79,9 @@ def _traced(name, what, fn, out_tree, *avals):
     raise UnsupportedError(
         f"hi primitive {name!r}: its {what} is not a function of its "
         f"arguments that returns a pytree {out_tree} (it captures constants "
-        f"or returns {traced_tree}), as JAX's custom_root builds it: this JAX "
-        "release builds the class otherwise than jaxpr_io/families/hijax/solves.py "
-        "reads it")
+        f"or returns {traced_tree}), as JAX's custom_root builds it: this "
+        "JAX release builds the class otherwise than "
+        "jaxpr_io/families/hijax/solves.py reads it")
   return jaxpr
 
 
@@ -130,7 +131,7 @@ def _encode_root_linear_map(prim) -> tuple:
 
 
 # What a stored name may be: Python's qualified names of functions.
-_NAME = re.compile(r"[A-Za-z_][\w<>]*(\.[A-Za-z_<][\w<>]*)*")
+_NAME = re.compile(r"[A-Za-z_<][\w<>]*(\.[A-Za-z_<][\w<>]*)*")
 
 
 def _names(name, *fns) -> tuple[str, ...]:
@@ -207,6 +208,16 @@ def _check_jaxpr(name, field, jaxpr, in_avals, out_avals, error):
         f"hi primitive {name!r}: {field} takes {got_in} and returns "
         f"{got_out}, but the class calls it on {want_in} for "
         f"{want_out}"[:1000])
+  if error is FormatError:
+    # A file's jaxpr: `check=True` walks the program's params, not the
+    # callables of these objects, so their jaxprs are type-checked here.
+    try:
+      compat.check_jaxpr(jaxpr)
+    except Exception as e:  # pylint: disable=broad-except
+      # JaxprTypeError, or a shape rule's error on a body no tracer built.
+      raise FormatError(f"hi primitive {name!r}: {field} does not "
+                        f"type-check: {type(e).__name__}: {e}"[:1000]) from None
+    typecheck.check_sub_jaxprs(jaxpr)
 
 
 def _typematch(got, want) -> bool:
