@@ -42,7 +42,7 @@ from jaxpr_io.compat import hi_solves
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.compat import specialize
 from jaxpr_io.errors import FormatError, UnsupportedError
-from jaxpr_io.safety import typecheck
+from jaxpr_io.safety import shape_rules, typecheck
 
 CUSTOM_ROOT = "jax.lax.CustomRoot"
 ROOT_LINEAR_MAP = "jax.lax.RootLinearMap"
@@ -218,6 +218,7 @@ def _check_jaxpr(name, field, jaxpr, in_avals, out_avals, error):
       raise FormatError(f"hi primitive {name!r}: {field} does not "
                         f"type-check: {type(e).__name__}: {e}"[:1000]) from None
     typecheck.check_sub_jaxprs(jaxpr)
+    shape_rules.check_shapes(jaxpr)
 
 
 def _typematch(got, want) -> bool:
