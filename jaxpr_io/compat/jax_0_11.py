@@ -280,6 +280,7 @@ class Jax011(Adapter):
   # jax.numpy function binds them yet in 0.11.
   hi_prim_classes = {"jax.numpy.SearchSorted": numpy_hijax.SearchSorted,
                      "jax.numpy.Nonzero": numpy_hijax.Nonzero,
+                     "jax.numpy.Einsum": numpy_hijax.Einsum,
                      # lax.custom_root binds them (compat/hi_solves.py).
                      "jax.lax.CustomRoot": hi_solves.CustomRoot,
                      "jax.lax.RootLinearMap": hi_solves.RootLinearMap}

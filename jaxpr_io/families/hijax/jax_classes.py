@@ -70,14 +70,9 @@ CLASSES: dict[str, JaxClass] = {
     "jax._src.numpy.ufuncs.Ldexp": _stored("x1_aval, x2_aval",
                                            "jax.numpy.Ldexp"),
     "jax._src.numpy.ufuncs.Frexp": _stored("x_aval", "jax.numpy.Frexp"),
-    "jax._src.numpy.hijax.Einsum": _refused(
-        "*operands_avals, subscripts, optimize, precision, "
-        "preferred_element_type (0.11+)",
-        "not stored yet: only jax._src.numpy.hijax.einsum binds it (no "
-        "public function; jnp.einsum binds dot_general, which jaxpr_io "
-        "stores), and its `precision` and `preferred_element_type` are "
-        "kept as the caller passed them (any PrecisionLike, any dtype-like "
-        "value), which the table would have to canonicalize"),
+    "jax._src.numpy.hijax.Einsum": _stored(
+        "*operands_avals, subscripts, optimize='auto', precision=None, "
+        "preferred_element_type=None (0.11+)", "jax.numpy.Einsum"),
     # -------------------------------------------------------- lax
     "jax._src.lax.control_flow.solves.CustomRoot": _stored(
         "f, solve, tangent_solve, solve_traced, in_avals, has_aux (0.11+)",

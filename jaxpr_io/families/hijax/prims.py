@@ -34,8 +34,12 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
+from opt_einsum import paths as opt_einsum_paths
+
 from jaxpr_io import compat
 from jaxpr_io.compat import symbolic
+from jaxpr_io.compat import tables as compat_tables
+from jaxpr_io.safety import validate
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.codec import params
 from jaxpr_io.codec.registry import register_param_codec
@@ -77,6 +81,42 @@ def _one_of(values: Callable[[type], tuple]) -> Callable[[type, Any], bool]:
   return lambda cls, v: type(v) is str and v in values(cls)
 
 
+def _is_einsum_path(cls, v) -> bool:
+  """`optimize` of Einsum: a bool, a path strategy that opt_einsum (which
+  its expand rule calls) knows, or an explicit path of index tuples."""
+  del cls
+  if type(v) is bool:
+    return True
+  if type(v) is str:
+    try:
+      opt_einsum_paths.get_path_fn(v)
+    except KeyError:
+      return False
+    return True
+  return type(v) is tuple and all(
+      type(step) is tuple and all(type(i) is int and 0 <= i < 2**31
+                                  for i in step) for step in v)
+
+
+def _is_precision(cls, v) -> bool:
+  """`precision` of Einsum: what dot_general's param may be, or a string
+  (or pair of strings) that names a `Precision`, as the caller may pass."""
+  del cls
+  ok, _ = validate.PARAM_VALUE_RULES["precision"]
+  return ok(v) or _names_precision(v) or (
+      type(v) is tuple and len(v) == 2 and all(map(_names_precision, v)))
+
+
+def _names_precision(v) -> bool:
+  return type(v) is str and v in compat_tables.PRECISION_NAMES
+
+
+def _is_optional_dtype(cls, v) -> bool:
+  del cls
+  ok, _ = validate.PARAM_VALUE_RULES["preferred_element_type"]
+  return ok(v)
+
+
 _SEARCH_SIDES = ("left", "right")
 
 # Stable name -> the keyword arguments its class's constructor takes after
@@ -101,6 +141,19 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
         Field("out_dtype", _param("out_dtype"), _is_int_dtype,
               "an integer dtype"),
     ),
+    # jax._src.numpy.hijax.einsum (JAX 0.11+): no public function binds it.
+    "jax.numpy.Einsum": (
+        Field("subscripts", _param("subscripts"),
+              lambda cls, v: type(v) is str and len(v) <= 1000,
+              "a string"),
+        Field("optimize", _param("optimize"), _is_einsum_path,
+              "a bool, one of opt_einsum's path strategies or a path"),
+        Field("precision", _param("precision"), _is_precision,
+              "None, a Precision (or its name), a DotAlgorithmPreset or a "
+              "pair of Precisions"),
+        Field("preferred_element_type", _param("preferred_element_type"),
+              _is_optional_dtype, "None or a dtype"),
+    ),
     # Their params are their input avals: nothing beyond `in_avals`.
     "jax.numpy.Ldexp": (),
     "jax.numpy.Frexp": (),
@@ -111,6 +164,7 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
 # supported release has. A file naming one was written under such a
 # release; loading it under an older one says so (`missing_here`).
 _SINCE = {"jax.numpy.Ldexp": "0.12", "jax.numpy.Frexp": "0.12",
+          "jax.numpy.Einsum": "0.11",
           **solves.SINCE}
 
 
@@ -148,6 +202,12 @@ def encode_hi_prim(name: str, fields: tuple[Field, ...], prim) -> tuple:
   """Fields: (in_avals, *the values of `fields`)."""
   in_avals = _in_avals(prim)
   values = tuple(field.get(prim) for field in fields)
+  for field, value in zip(fields, values):
+    # What the reader would refuse is not written.
+    if not field.check(type(prim), value):
+      raise UnsupportedError(f"hi primitive {name!r}: {field.name} is "
+                             f"{value!r:.100}, which jaxpr_io stores only "
+                             f"as {field.expected}")
   # Rebuilding the object from what the file will hold must give the same
   # object, or the file would load as another program.
   rebuilt = _construct(type(prim), name, in_avals, fields, values,

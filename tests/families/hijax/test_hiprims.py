@@ -74,6 +74,25 @@ PROGRAMS = {
         lambda x: numpy_hijax.nonzero(x, size=2, axes=(1,)),
         (MATRIX,), "Nonzero", (0,)),
 }
+# JAX 0.11+: jax._src.numpy.hijax.einsum binds Einsum.
+if hasattr(numpy_hijax, "Einsum"):
+  PROGRAMS.update({
+      "hijax_einsum_matmul": (
+          lambda a, b: numpy_hijax.einsum("ij,jk->ik", a, b),
+          (MATRIX, MATRIX.T * 2 - 1), "Einsum", (0, 1)),
+      "hijax_einsum_options": (
+          lambda a, b: numpy_hijax.einsum(
+              "ij,kj->i", a, b, optimize="greedy", precision="highest",
+              preferred_element_type=np.dtype(np.float32)),
+          (MATRIX, MATRIX + 1), "Einsum", (0, 1)),
+      "hijax_einsum_path": (
+          lambda a, b, c: numpy_hijax.einsum(
+              "ij,jk,k->i", a, b, c, optimize=[(0, 1), (0, 1)],
+              precision=(jax.lax.Precision.HIGHEST,
+                         jax.lax.Precision.DEFAULT)),
+          (MATRIX, MATRIX.T, SORTED[:2]), "Einsum", (0, 1, 2)),
+  })
+
 JNP_PROGRAMS = {
     # JAX 0.12+: jax.numpy itself.
     "searchsorted_left": (lambda a, v: jnp.searchsorted(a, v),
@@ -377,3 +396,40 @@ def test_register_hi_primitive_refuses_bad_registrations():
   with pytest.raises(ValueError, match="already registered"):
     jaxpr_io.register_hi_primitive(
         type("Other", (_BASE,), {}), name="jax.numpy.SearchSorted")
+
+
+# ----------------------------------------------------------------- Einsum
+needs_einsum = pytest.mark.skipif(not hasattr(numpy_hijax, "Einsum"),
+                                  reason="JAX 0.10 has no Einsum")
+
+
+@needs_einsum
+@pytest.mark.parametrize("old,new,match", [
+    ("greedy", "bogus",
+     r"param '_prim'.*'jax.numpy.Einsum': optimize must be a bool, one of "
+     r"opt_einsum's path strategies"),
+    ("highest", "loudest",
+     r"param '_prim'.*'jax.numpy.Einsum': precision must be None, a "
+     r"Precision \(or its name\)"),
+    ("ij,kj->i", "ij,kj->q",
+     r"param '_prim'.*'jax.numpy.Einsum' cannot be built"),
+])
+def test_bad_einsum_arguments_in_the_file(old, new, match):
+  f, args, _, _ = PROGRAMS["hijax_einsum_options"]
+  data = proto_edit.rename_string(jaxpr_io.dumps(jaxpr_io.trace(f, *args)),
+                                  old, new)
+  with pytest.raises(jaxpr_io.FormatError, match=match):
+    jaxpr_io.loads(data)
+
+
+@needs_einsum
+def test_einsum_value_the_reader_would_refuse_is_not_written():
+  # A scalar type where the class keeps what the caller passed: the file
+  # stores dtypes only, so dumps refuses it by name (pass a dtype).
+  prog = jaxpr_io.trace(lambda a: numpy_hijax.einsum(
+      "ij->i", a, preferred_element_type=jnp.float32), MATRIX)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"'jax.numpy.Einsum': preferred_element_type is "
+                           r".*float32.*which jaxpr_io stores only as None "
+                           r"or a dtype"):
+    jaxpr_io.dumps(prog)
