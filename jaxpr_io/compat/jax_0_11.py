@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 
+from jax._src import ad_checkpoint as jax_ad_checkpoint
 from jax._src import api as jax_api
 from jax._src import core as jax_core
 from jax._src import hijax as jax_hijax
@@ -281,6 +282,13 @@ class Jax011(Adapter):
   hi_prim_classes = {"jax.numpy.SearchSorted": numpy_hijax.SearchSorted,
                      "jax.numpy.Nonzero": numpy_hijax.Nonzero,
                      "jax.numpy.Einsum": numpy_hijax.Einsum,
+                     # checkpoint_name with jax_remat3.
+                     "jax.ad_checkpoint.CheckpointName": (
+                         jax_ad_checkpoint.CheckpointName),
+                     "jax.ad_checkpoint.CheckpointNameFwd": (
+                         jax_ad_checkpoint.CheckpointNameFwd),
+                     "jax.ad_checkpoint.PrimalLeftTangentRight": (
+                         jax_ad_checkpoint.PrimalLeftTangentRight),
                      # lax.custom_root binds them (compat/hi_solves.py).
                      "jax.lax.CustomRoot": hi_solves.CustomRoot,
                      "jax.lax.RootLinearMap": hi_solves.RootLinearMap}

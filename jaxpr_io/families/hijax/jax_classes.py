@@ -53,11 +53,6 @@ _POLICY = ("not stored yet: its `policy` is a Python function (the remat "
            "only with the experimental jax_remat3 setting; with the default "
            "setting jax.checkpoint binds `checkpoint`, which jaxpr_io "
            "stores with JAX's named policies")
-_NAME_ONLY = ("bound only with the experimental jax_remat3 setting (which "
-              "also binds RematTraced, refused); with the default setting "
-              "checkpoint_name binds the `name` primitive, which jaxpr_io "
-              "stores")
-
 CLASSES: dict[str, JaxClass] = {
     # ----------------------------------------------------- jax.numpy
     "jax._src.numpy.hijax.SearchSorted": _stored(
@@ -116,14 +111,12 @@ CLASSES: dict[str, JaxClass] = {
         "f2_fbwd (the rules given to jax._src.ad_checkpoint.custom_remat, "
         "which no public API exports), which JAX calls as it "
         "differentiates the program"),
-    "jax._src.ad_checkpoint.CheckpointName": _refused(
-        "name, aval", "not stored yet: " + _NAME_ONLY),
-    "jax._src.ad_checkpoint.CheckpointNameFwd": _refused(
-        "name, aval (0.11+)", "not stored yet: " + _NAME_ONLY),
-    "jax._src.ad_checkpoint.PrimalLeftTangentRight": _refused(
-        "aval_x, aval__x (0.11+)",
-        "not stored yet: CheckpointName's remat rule binds it, under the "
-        "experimental jax_remat3 setting only"),
+    "jax._src.ad_checkpoint.CheckpointName": _stored(
+        "name, aval", "jax.ad_checkpoint.CheckpointName"),
+    "jax._src.ad_checkpoint.CheckpointNameFwd": _stored(
+        "name, aval (0.11+)", "jax.ad_checkpoint.CheckpointNameFwd"),
+    "jax._src.ad_checkpoint.PrimalLeftTangentRight": _stored(
+        "aval_x, aval__x (0.11+)", "jax.ad_checkpoint.PrimalLeftTangentRight"),
     # ------------------------------------------------------ pallas
     "jax._src.pallas.einshape.Einshape": _refused(
         "x_aval, *, equation, assert_is_tile_preserving, sizes",

@@ -154,7 +154,16 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
         Field("preferred_element_type", _param("preferred_element_type"),
               _is_optional_dtype, "None or a dtype"),
     ),
+    # checkpoint_name under the experimental jax_remat3 setting; the
+    # constructors take the name first (`_NAME_FIRST`).
+    "jax.ad_checkpoint.CheckpointName": (
+        Field("name", _param("name"), lambda cls, v: type(v) is str,
+              "a string"),),
+    "jax.ad_checkpoint.CheckpointNameFwd": (
+        Field("name", _param("name"), lambda cls, v: type(v) is str,
+              "a string"),),
     # Their params are their input avals: nothing beyond `in_avals`.
+    "jax.ad_checkpoint.PrimalLeftTangentRight": (),
     "jax.numpy.Ldexp": (),
     "jax.numpy.Frexp": (),
 }
@@ -165,6 +174,8 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
 # release; loading it under an older one says so (`missing_here`).
 _SINCE = {"jax.numpy.Ldexp": "0.12", "jax.numpy.Frexp": "0.12",
           "jax.numpy.Einsum": "0.11",
+          "jax.ad_checkpoint.CheckpointNameFwd": "0.11",
+          "jax.ad_checkpoint.PrimalLeftTangentRight": "0.11",
           **solves.SINCE}
 
 
@@ -239,10 +250,17 @@ def decode_hi_prim(name: str, fields: tuple[Field, ...], cls: type,
   return _construct(cls, name, in_avals, fields, values, FormatError)
 
 
+# Classes whose constructors take their one field before the input avals.
+_NAME_FIRST = frozenset({"jax.ad_checkpoint.CheckpointName",
+                         "jax.ad_checkpoint.CheckpointNameFwd"})
+
+
 def _construct(cls, name, in_avals, fields, values, error: type):
   """`cls(*in_avals, **values)`; what its checks raise becomes `error`."""
   kwargs = {field.name: value for field, value in zip(fields, values)}
   try:
+    if name in _NAME_FIRST:
+      return cls(*values, *in_avals)
     return cls(*in_avals, **kwargs)
   except Exception as e:  # pylint: disable=broad-except
     # The constructor is the class's own code (its checks, and JAX's shape

@@ -433,3 +433,36 @@ def test_einsum_value_the_reader_would_refuse_is_not_written():
                            r".*float32.*which jaxpr_io stores only as None "
                            r"or a dtype"):
     jaxpr_io.dumps(prog)
+
+
+# ------------------------------------------ checkpoint names (jax_remat3)
+def _named(x):
+  from jax._src import ad_checkpoint  # pylint: disable=import-outside-toplevel
+  y = ad_checkpoint.checkpoint_name(jnp.sin(x), "a")
+  if hasattr(ad_checkpoint, "CheckpointNameFwd"):
+    y = ad_checkpoint.checkpoint_name_fwd(y * 2, "b")
+  return jnp.cos(y) * x
+
+
+def _left_right(x):
+  from jax._src import ad_checkpoint  # pylint: disable=import-outside-toplevel
+  return ad_checkpoint.primal_left_tangent_right(jnp.sin(x), x * 3)
+
+
+@pytest.mark.parametrize("f,cls_name", [
+    (_named, "CheckpointName"),
+    pytest.param(_left_right, "PrimalLeftTangentRight",
+                 marks=pytest.mark.skipif(
+        "jax.ad_checkpoint.PrimalLeftTangentRight"
+        not in compat.ADAPTER.hi_prim_classes, reason="JAX 0.10 binds a "
+        "custom_jvp function")),
+], ids=["checkpoint_name", "primal_left_tangent_right"])
+def test_checkpoint_names_round_trip(f, cls_name):
+  from jax._src import config  # pylint: disable=import-outside-toplevel
+  with config.remat3(True):
+    loaded = _round_trips(f, (X,), cls_name)
+    _same_transforms(f, loaded, (X,), (0,))
+    if f is _named:
+      # Traced under grad: the names, as the class's jvp rule binds them.
+      g = jax.grad(lambda x: f(x).sum())
+      _round_trips(g, (X,), cls_name)
