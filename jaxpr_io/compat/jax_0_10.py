@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from jax._src import core as jax_core
 from jax._src import hijax as jax_hijax
+from jax._src import ad_checkpoint as jax_ad_checkpoint
 from jax._src.numpy import hijax as numpy_hijax
 
 from jaxpr_io.format import vocabulary
@@ -114,7 +115,10 @@ class Jax010(Adapter):
   # VJPHiPrimitive subclasses that no jax.numpy function binds yet (their
   # functions in jax._src.numpy.hijax do; jnp.searchsorted expands them).
   hi_prim_classes = {"jax.numpy.SearchSorted": numpy_hijax.SearchSorted,
-                     "jax.numpy.Nonzero": numpy_hijax.Nonzero}
+                     "jax.numpy.Nonzero": numpy_hijax.Nonzero,
+                     # checkpoint_name with jax_remat3.
+                     "jax.ad_checkpoint.CheckpointName": (
+                         jax_ad_checkpoint.CheckpointName)}
   hi_prim_bases = (jax_hijax.VJPHiPrimitive,)
 
   def new_future(self, inner_aval, done):

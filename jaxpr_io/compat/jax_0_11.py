@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 
+from jax._src import ad_checkpoint as jax_ad_checkpoint
 from jax._src import api as jax_api
 from jax._src import core as jax_core
 from jax._src import hijax as jax_hijax
@@ -37,7 +38,7 @@ from jax._src import tree_util
 from jax._src import util as jax_util
 
 from jaxpr_io.format import vocabulary
-from jaxpr_io.compat import hi_linearized, pallas_pipeline, tree_tuples
+from jaxpr_io.compat import hi_linearized, hi_solves, pallas_pipeline, tree_tuples
 from jaxpr_io.compat.adapter import Adapter
 from jaxpr_io.errors import FormatError
 
@@ -279,7 +280,18 @@ class Jax011(Adapter):
   # HiPrim subclasses (0.10's two, now on the new base class); no
   # jax.numpy function binds them yet in 0.11.
   hi_prim_classes = {"jax.numpy.SearchSorted": numpy_hijax.SearchSorted,
-                     "jax.numpy.Nonzero": numpy_hijax.Nonzero}
+                     "jax.numpy.Nonzero": numpy_hijax.Nonzero,
+                     "jax.numpy.Einsum": numpy_hijax.Einsum,
+                     # checkpoint_name with jax_remat3.
+                     "jax.ad_checkpoint.CheckpointName": (
+                         jax_ad_checkpoint.CheckpointName),
+                     "jax.ad_checkpoint.CheckpointNameFwd": (
+                         jax_ad_checkpoint.CheckpointNameFwd),
+                     "jax.ad_checkpoint.PrimalLeftTangentRight": (
+                         jax_ad_checkpoint.PrimalLeftTangentRight),
+                     # lax.custom_root binds them (compat/hi_solves.py).
+                     "jax.lax.CustomRoot": hi_solves.CustomRoot,
+                     "jax.lax.RootLinearMap": hi_solves.RootLinearMap}
   hi_prim_bases = (jax_hijax.HiPrim,)
 
   def future_done(self, aval):

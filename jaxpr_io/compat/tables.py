@@ -186,6 +186,11 @@ DERIVED_PARAMS: dict[tuple[str, str], Callable[[dict], Any]] = {
     ("reduce", "computation"): _reduce_computation,
 }
 
+# The strings that name a `Precision` (its `_missing_` looks them up), as
+# callers may pass them where a precision is taken.
+PRECISION_NAMES = frozenset(
+    k for k in lax_internal._precision_strings if type(k) is str)  # pylint: disable=protected-access
+
 # ------------------------------------------------------------- enums
 # Stable serialized name -> enum class. A member is stored by its name.
 ENUMS: dict[str, type] = {

@@ -382,6 +382,21 @@ def hi_prims():
   return f, (np.sort(a), v, x), {}
 
 
+def custom_root():
+  """`lax.custom_root` with a tangent solve that applies its linear map: on
+  JAX 0.11+ the `CustomRoot` and `RootLinearMap` records, whose fields hold
+  jaxprs, treedefs and names (families/hijax/solves.py)."""
+  def f(x):
+    def solve(g, y0):
+      return jax.lax.fori_loop(0, 4, lambda _, y: y - g(y) / (2 * y), y0)
+    return jax.lax.custom_root(lambda y: y * y - x, jnp.ones_like(x),
+                               solve, lambda g, y: y / g(jnp.ones_like(y)))
+  return f, (np.array([2.0, 0.5, 9.0], F32),), {}
+
+
+SEEDS["custom_root"] = custom_root
+
+
 # (`custom_lin` has no seed, for the reason `pinned` has none: a program
 # that holds it cannot run forward or be lowered, so `check=True` refuses
 # the unmutated seed; tests/families/custom_rules/test_custom_lin.py crafts its bad files.)

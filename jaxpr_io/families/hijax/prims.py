@@ -34,11 +34,16 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
+from opt_einsum import paths as opt_einsum_paths
+
 from jaxpr_io import compat
 from jaxpr_io.compat import symbolic
+from jaxpr_io.compat import tables as compat_tables
+from jaxpr_io.safety import validate
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.codec import params
 from jaxpr_io.codec.registry import register_param_codec
+from jaxpr_io.families.hijax import jax_classes, solves
 
 
 class Field(NamedTuple):
@@ -76,6 +81,42 @@ def _one_of(values: Callable[[type], tuple]) -> Callable[[type, Any], bool]:
   return lambda cls, v: type(v) is str and v in values(cls)
 
 
+def _is_einsum_path(cls, v) -> bool:
+  """`optimize` of Einsum: a bool, a path strategy that opt_einsum (which
+  its expand rule calls) knows, or an explicit path of index tuples."""
+  del cls
+  if type(v) is bool:
+    return True
+  if type(v) is str:
+    try:
+      opt_einsum_paths.get_path_fn(v)
+    except KeyError:
+      return False
+    return True
+  return type(v) is tuple and all(
+      type(step) is tuple and all(type(i) is int and 0 <= i < 2**31
+                                  for i in step) for step in v)
+
+
+def _is_precision(cls, v) -> bool:
+  """`precision` of Einsum: what dot_general's param may be, or a string
+  (or pair of strings) that names a `Precision`, as the caller may pass."""
+  del cls
+  ok, _ = validate.PARAM_VALUE_RULES["precision"]
+  return ok(v) or _names_precision(v) or (
+      type(v) is tuple and len(v) == 2 and all(map(_names_precision, v)))
+
+
+def _names_precision(v) -> bool:
+  return type(v) is str and v in compat_tables.PRECISION_NAMES
+
+
+def _is_optional_dtype(cls, v) -> bool:
+  del cls
+  ok, _ = validate.PARAM_VALUE_RULES["preferred_element_type"]
+  return ok(v)
+
+
 _SEARCH_SIDES = ("left", "right")
 
 # Stable name -> the keyword arguments its class's constructor takes after
@@ -100,7 +141,29 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
         Field("out_dtype", _param("out_dtype"), _is_int_dtype,
               "an integer dtype"),
     ),
+    # jax._src.numpy.hijax.einsum (JAX 0.11+): no public function binds it.
+    "jax.numpy.Einsum": (
+        Field("subscripts", _param("subscripts"),
+              lambda cls, v: type(v) is str and len(v) <= 1000,
+              "a string"),
+        Field("optimize", _param("optimize"), _is_einsum_path,
+              "a bool, one of opt_einsum's path strategies or a path"),
+        Field("precision", _param("precision"), _is_precision,
+              "None, a Precision (or its name), a DotAlgorithmPreset or a "
+              "pair of Precisions"),
+        Field("preferred_element_type", _param("preferred_element_type"),
+              _is_optional_dtype, "None or a dtype"),
+    ),
+    # checkpoint_name under the experimental jax_remat3 setting; the
+    # constructors take the name first (`_NAME_FIRST`).
+    "jax.ad_checkpoint.CheckpointName": (
+        Field("name", _param("name"), lambda cls, v: type(v) is str,
+              "a string"),),
+    "jax.ad_checkpoint.CheckpointNameFwd": (
+        Field("name", _param("name"), lambda cls, v: type(v) is str,
+              "a string"),),
     # Their params are their input avals: nothing beyond `in_avals`.
+    "jax.ad_checkpoint.PrimalLeftTangentRight": (),
     "jax.numpy.Ldexp": (),
     "jax.numpy.Frexp": (),
 }
@@ -109,13 +172,17 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
 # The first JAX release with each class of `_FIELDS` that not every
 # supported release has. A file naming one was written under such a
 # release; loading it under an older one says so (`missing_here`).
-_SINCE = {"jax.numpy.Ldexp": "0.12", "jax.numpy.Frexp": "0.12"}
+_SINCE = {"jax.numpy.Ldexp": "0.12", "jax.numpy.Frexp": "0.12",
+          "jax.numpy.Einsum": "0.11",
+          "jax.ad_checkpoint.CheckpointNameFwd": "0.11",
+          "jax.ad_checkpoint.PrimalLeftTangentRight": "0.11",
+          **solves.SINCE}
 
 
 def missing_here(name: str) -> str | None:
   """Why a record named `name` cannot be loaded under this JAX release, if
   it names one of the table's classes that this release lacks; else None."""
-  if name not in _FIELDS or name in compat.ADAPTER.hi_prim_classes:
+  if name not in _SINCE or name in compat.ADAPTER.hi_prim_classes:
     return None
   return (f"{name!r} is a hi primitive class of JAX {_SINCE[name]} and "
           f"later (jaxpr_io/families/hijax/prims.py), which this JAX ({jax.__version__}) "
@@ -146,6 +213,12 @@ def encode_hi_prim(name: str, fields: tuple[Field, ...], prim) -> tuple:
   """Fields: (in_avals, *the values of `fields`)."""
   in_avals = _in_avals(prim)
   values = tuple(field.get(prim) for field in fields)
+  for field, value in zip(fields, values):
+    # What the reader would refuse is not written.
+    if not field.check(type(prim), value):
+      raise UnsupportedError(f"hi primitive {name!r}: {field.name} is "
+                             f"{value!r:.100}, which jaxpr_io stores only "
+                             f"as {field.expected}")
   # Rebuilding the object from what the file will hold must give the same
   # object, or the file would load as another program.
   rebuilt = _construct(type(prim), name, in_avals, fields, values,
@@ -177,10 +250,17 @@ def decode_hi_prim(name: str, fields: tuple[Field, ...], cls: type,
   return _construct(cls, name, in_avals, fields, values, FormatError)
 
 
+# Classes whose constructors take their one field before the input avals.
+_NAME_FIRST = frozenset({"jax.ad_checkpoint.CheckpointName",
+                         "jax.ad_checkpoint.CheckpointNameFwd"})
+
+
 def _construct(cls, name, in_avals, fields, values, error: type):
   """`cls(*in_avals, **values)`; what its checks raise becomes `error`."""
   kwargs = {field.name: value for field, value in zip(fields, values)}
   try:
+    if name in _NAME_FIRST:
+      return cls(*values, *in_avals)
     return cls(*in_avals, **kwargs)
   except Exception as e:  # pylint: disable=broad-except
     # The constructor is the class's own code (its checks, and JAX's shape
@@ -199,6 +279,11 @@ def refusal(value) -> str | None:
     return None
   known = (", ".join(sorted(compat.ADAPTER.hi_prim_classes))
            or "none in this JAX release")
+  why = jax_classes.refusal_reason(_describe(type(value)))
+  if why is not None:
+    return (f"the hi primitive {_describe(type(value))} is JAX's own, but "
+            f"jaxpr_io does not store it: {why} (jaxpr_io/families/hijax/"
+            f"jax_classes.py lists JAX's classes; it stores {known})")
   return (f"the hi primitive {_describe(type(value))} is a class of its "
           "own, whose rules (expand, jvp, batch, vjp) are Python code that "
           "a file cannot hold. jaxpr_io stores only JAX's own hi primitives, "
@@ -247,7 +332,10 @@ def register_hi_primitive(cls: type, *, name: str,
 
 
 for _name, _cls in compat.ADAPTER.hi_prim_classes.items():
-  _register(_cls, _name, _FIELDS[_name])
+  if _name in _FIELDS:
+    _register(_cls, _name, _FIELDS[_name])
+# Classes whose constructors take callables (lax.custom_root's).
+solves.register(compat.ADAPTER.hi_prim_classes)
 
 
 params.register_explainers(refusal=refusal, missing_record=missing_here)

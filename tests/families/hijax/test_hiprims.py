@@ -74,6 +74,25 @@ PROGRAMS = {
         lambda x: numpy_hijax.nonzero(x, size=2, axes=(1,)),
         (MATRIX,), "Nonzero", (0,)),
 }
+# JAX 0.11+: jax._src.numpy.hijax.einsum binds Einsum.
+if hasattr(numpy_hijax, "Einsum"):
+  PROGRAMS.update({
+      "hijax_einsum_matmul": (
+          lambda a, b: numpy_hijax.einsum("ij,jk->ik", a, b),
+          (MATRIX, MATRIX.T * 2 - 1), "Einsum", (0, 1)),
+      "hijax_einsum_options": (
+          lambda a, b: numpy_hijax.einsum(
+              "ij,kj->i", a, b, optimize="greedy", precision="highest",
+              preferred_element_type=np.dtype(np.float32)),
+          (MATRIX, MATRIX + 1), "Einsum", (0, 1)),
+      "hijax_einsum_path": (
+          lambda a, b, c: numpy_hijax.einsum(
+              "ij,jk,k->i", a, b, c, optimize=[(0, 1), (0, 1)],
+              precision=(jax.lax.Precision.HIGHEST,
+                         jax.lax.Precision.DEFAULT)),
+          (MATRIX, MATRIX.T, SORTED[:2]), "Einsum", (0, 1, 2)),
+  })
+
 JNP_PROGRAMS = {
     # JAX 0.12+: jax.numpy itself.
     "searchsorted_left": (lambda a, v: jnp.searchsorted(a, v),
@@ -377,3 +396,73 @@ def test_register_hi_primitive_refuses_bad_registrations():
   with pytest.raises(ValueError, match="already registered"):
     jaxpr_io.register_hi_primitive(
         type("Other", (_BASE,), {}), name="jax.numpy.SearchSorted")
+
+
+# ----------------------------------------------------------------- Einsum
+needs_einsum = pytest.mark.skipif(not hasattr(numpy_hijax, "Einsum"),
+                                  reason="JAX 0.10 has no Einsum")
+
+
+@needs_einsum
+@pytest.mark.parametrize("old,new,match", [
+    ("greedy", "bogus",
+     r"param '_prim'.*'jax.numpy.Einsum': optimize must be a bool, one of "
+     r"opt_einsum's path strategies"),
+    ("highest", "loudest",
+     r"param '_prim'.*'jax.numpy.Einsum': precision must be None, a "
+     r"Precision \(or its name\)"),
+    ("ij,kj->i", "ij,kj->q",
+     r"param '_prim'.*'jax.numpy.Einsum' cannot be built"),
+])
+def test_bad_einsum_arguments_in_the_file(old, new, match):
+  f, args, _, _ = PROGRAMS["hijax_einsum_options"]
+  data = proto_edit.rename_string(jaxpr_io.dumps(jaxpr_io.trace(f, *args)),
+                                  old, new)
+  with pytest.raises(jaxpr_io.FormatError, match=match):
+    jaxpr_io.loads(data)
+
+
+@needs_einsum
+def test_einsum_value_the_reader_would_refuse_is_not_written():
+  # A scalar type where the class keeps what the caller passed: the file
+  # stores dtypes only, so dumps refuses it by name (pass a dtype).
+  prog = jaxpr_io.trace(lambda a: numpy_hijax.einsum(
+      "ij->i", a, preferred_element_type=jnp.float32), MATRIX)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"'jax.numpy.Einsum': preferred_element_type is "
+                           r".*float32.*which jaxpr_io stores only as None "
+                           r"or a dtype"):
+    jaxpr_io.dumps(prog)
+
+
+# ------------------------------------------ checkpoint names (jax_remat3)
+def _named(x):
+  from jax._src import ad_checkpoint  # pylint: disable=import-outside-toplevel
+  y = ad_checkpoint.checkpoint_name(jnp.sin(x), "a")
+  if hasattr(ad_checkpoint, "CheckpointNameFwd"):
+    y = ad_checkpoint.checkpoint_name_fwd(y * 2, "b")
+  return jnp.cos(y) * x
+
+
+def _left_right(x):
+  from jax._src import ad_checkpoint  # pylint: disable=import-outside-toplevel
+  return ad_checkpoint.primal_left_tangent_right(jnp.sin(x), x * 3)
+
+
+@pytest.mark.parametrize("f,cls_name", [
+    (_named, "CheckpointName"),
+    pytest.param(_left_right, "PrimalLeftTangentRight",
+                 marks=pytest.mark.skipif(
+        "jax.ad_checkpoint.PrimalLeftTangentRight"
+        not in compat.ADAPTER.hi_prim_classes, reason="JAX 0.10 binds a "
+        "custom_jvp function")),
+], ids=["checkpoint_name", "primal_left_tangent_right"])
+def test_checkpoint_names_round_trip(f, cls_name):
+  from jax._src import config  # pylint: disable=import-outside-toplevel
+  with config.remat3(True):
+    loaded = _round_trips(f, (X,), cls_name)
+    _same_transforms(f, loaded, (X,), (0,))
+    if f is _named:
+      # Traced under grad: the names, as the class's jvp rule binds them.
+      g = jax.grad(lambda x: f(x).sum())
+      _round_trips(g, (X,), cls_name)
