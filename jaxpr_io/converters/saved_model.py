@@ -209,7 +209,7 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
   # with_gradient again (the VJP) while the SavedModel is saved: both inside
   # the block, which serializes for `target`.
   try:
-    with compat_export.serialization_target(target):
+    with compat_export.serialization_target(target, expand_chlo=True):
       try:
         concrete = module.serve.get_concrete_function()
       except compat_export.TargetVersionError:
