@@ -15,6 +15,18 @@ calling thread only.
 
 The same `_module_to_bytecode` (same signature and body) exists in JAX
 0.10.2, 0.11.2 and 0.12.0.1.
+
+CHLO ops at symbolic shapes: StableHLO's serializer turns the CHLO ops that
+VHLO lacks (`chlo.erf`; from JAX 0.11 also `chlo.erfc`, which exact `gelu`
+calls) into `stablehlo.composite` ops whose decomposition is a function of
+the module's dynamic types. TensorFlow 2.21's XlaCallModule refines the
+shapes of the module's functions but not of the decompositions, and
+refuses the module at its first call ("'stablehlo.dynamic_broadcast_in_dim'
+op has dynamic shapes"; "decomposition has type 'tensor<?x4xf32>'").
+`serialization_target(..., expand_chlo=True)` legalizes the CHLO ops of a
+shape-polymorphic module into StableHLO ops before serializing
+(`chlo-legalize-to-stablehlo`, StableHLO's own pass: the same ops the
+composite's decomposition holds, inline, where TensorFlow refines them).
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ from typing import Iterator
 import jax
 from jax._src import xla_bridge
 from jax._src.export import _export
+from jax._src.lib.mlir import ir
+from jax._src.lib.mlir import passmanager
 from jax._src.lib.mlir.dialects import hlo
 from jaxlib import _jax
 
@@ -81,9 +95,40 @@ def serialize(module, target: str) -> bytes:
         f"StableHLO {target} cannot express the module ({detail})") from None
 
 
-# The target of the current thread inside `serialization_target` (None
-# outside), how many blocks are open in all threads together, and the
-# function the swap replaced (JAX's), restored when the last block exits.
+_passes_registered = False
+
+
+def _uses_shape_polymorphism(module) -> bool:
+  # `jax.export` sets the attribute before it serializes (0.10.2 to 0.12).
+  attrs = module.operation.attributes
+  return ("jax.uses_shape_polymorphism" in attrs
+          and ir.BoolAttr(attrs["jax.uses_shape_polymorphism"]).value)
+
+
+def expand_chlo(module) -> None:
+  """Legalizes the CHLO ops of `module` into StableHLO ops, in place (see
+  the module doc). `jax.export` uses the module after serializing it only
+  to check its custom calls and shardings, which this does not change. An
+  op the pass cannot legalize stays, as JAX serializes it (dialect
+  conversion leaves a function it fails on as it was)."""
+  global _passes_registered
+  with _lock:
+    if not _passes_registered:
+      hlo.register_stablehlo_passes()
+      _passes_registered = True
+  with module.context:
+    pm = passmanager.PassManager.parse(
+        "builtin.module(func.func(chlo-legalize-to-stablehlo))")
+    try:
+      pm.run(module.operation)
+    except ir.MLIRError:
+      pass  # TensorFlow runs or refuses the module as JAX wrote it
+
+
+# The settings (target, expand_chlo) of the current thread inside
+# `serialization_target` (None outside), how many blocks are open in all
+# threads together, and the function the swap replaced (JAX's), restored
+# when the last block exits.
 _local = threading.local()
 _lock = threading.Lock()
 _open_blocks = 0
@@ -91,17 +136,24 @@ _replaced = _export._module_to_bytecode
 
 
 def _module_to_bytecode(module) -> bytes:
-  target = getattr(_local, "target", None)
-  if target is None:  # another thread, outside any block: JAX's default
+  settings = getattr(_local, "settings", None)
+  if settings is None:  # another thread, outside any block: JAX's default
+    return _replaced(module)
+  target, expand = settings
+  if expand and _uses_shape_polymorphism(module):
+    expand_chlo(module)
+  if target is None:
     return _replaced(module)
   return serialize(module, target)
 
 
 @contextlib.contextmanager
-def serialization_target(target: str | None) -> Iterator[None]:
+def serialization_target(target: str | None, *,
+                         expand_chlo: bool = False) -> Iterator[None]:
   """Within the block, `jax.export` in this thread serializes StableHLO for
   `target` instead of `default_target()`; `None`, or a target not older than
-  the default, changes nothing.
+  the default, keeps the default. With `expand_chlo`, a shape-polymorphic
+  module's CHLO ops are legalized into StableHLO first (module doc).
 
   JAX has no parameter for the target (it is hard-wired in
   `_export._module_to_bytecode`) and `jax2tf.convert` calls `jax.export`
@@ -118,24 +170,26 @@ def serialization_target(target: str | None) -> Iterator[None]:
       an op or feature that `target` cannot express.
   """
   global _open_blocks, _replaced
-  if target is None or not is_older(target, default_target()):
+  if target is not None and not is_older(target, default_target()):
+    target = None
+  if target is None and not expand_chlo:
     yield
     return
-  if is_older(target, minimum_version()):
+  if target is not None and is_older(target, minimum_version()):
     raise ValueError(
         f"StableHLO {target} is older than the oldest version this jaxlib "
         f"can serialize for ({minimum_version()})")
-  previous = getattr(_local, "target", None)
+  previous = getattr(_local, "settings", None)
   with _lock:
     if _open_blocks == 0:
       _replaced = _export._module_to_bytecode
       _export._module_to_bytecode = _module_to_bytecode
     _open_blocks += 1
-  _local.target = target
+  _local.settings = (target, expand_chlo)
   try:
     yield
   finally:
-    _local.target = previous
+    _local.settings = previous
     with _lock:
       _open_blocks -= 1
       if _open_blocks == 0:

@@ -33,6 +33,18 @@ from jaxpr_io.compat import symbolic
 # program; see `register_specializer`.
 _SPECIALIZERS: dict[type, Callable[[Any, "_Specializer"], Any]] = {}
 
+# Registers the families' specializers (`set_specializer_loader`): a traced
+# program, never dumped or loaded, may hold their objects too (a hi
+# primitive's).
+_load_specializers: Callable[[], None] | None = None
+
+
+def set_specializer_loader(load: Callable[[], None]) -> None:
+  """`load()` registers the specializers of the families (idempotent); it
+  runs before any program is specialized."""
+  global _load_specializers
+  _load_specializers = load
+
 
 def register_specializer(*, value_type: type,
                          specialize: Callable[[Any, Any], Any]) -> None:
@@ -194,6 +206,8 @@ class _Specializer:
 def specialize(closed, env: dict):
   """`closed` with every dimension expression evaluated in `env` (sizes,
   or expressions of another scope)."""
+  if _load_specializers is not None:
+    _load_specializers()
   return _Specializer(env).closed_jaxpr(closed)
 
 

@@ -15,7 +15,10 @@ month older than jaxlib's (JAX 0.11 and 0.12: 1.18.0), which can be newer
 than the one TensorFlow's XlaCallModule reads (TF 2.21: 1.13.7). The module
 is then serialized for TensorFlow's version instead (StableHLO downgrades the
 ops; `jaxpr_io.compat.export.serialization_target`); a program that version
-cannot express is refused with UnsupportedError.
+cannot express is refused with UnsupportedError. A shape-polymorphic
+module's CHLO ops (erf, erfc, so exact gelu) are legalized into StableHLO
+first: as the serializer's composites, TensorFlow 2.21 cannot refine their
+shapes (`compat.export.expand_chlo`; docs/serving.md has the tolerances).
 
 Limitation: TensorFlow's XLA does not have jaxlib's LAPACK custom calls, so
 programs using the LAPACK-backed `jnp.linalg` functions on the CPU (solve,
@@ -209,7 +212,7 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
   # with_gradient again (the VJP) while the SavedModel is saved: both inside
   # the block, which serializes for `target`.
   try:
-    with compat_export.serialization_target(target):
+    with compat_export.serialization_target(target, expand_chlo=True):
       try:
         concrete = module.serve.get_concrete_function()
       except compat_export.TargetVersionError:

@@ -24,6 +24,7 @@ import sys
 import threading
 
 from jaxpr_io.codec import registry
+from jaxpr_io.compat import specialize
 
 # Core families, by module under jaxpr_io.families.
 CORE = (
@@ -96,3 +97,4 @@ def loaded() -> frozenset[str]:
 
 
 registry.set_family_loaders(core=load_core, more=load_all)
+specialize.set_specializer_loader(load_core)

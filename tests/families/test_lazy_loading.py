@@ -66,6 +66,23 @@ report(same=str(again) == str(prog))
   assert out["heavy"] == []
 
 
+def test_specializing_a_traced_program_loads_the_core_families():
+  # A program never dumped or loaded may hold objects that a family
+  # specializes (jax 0.11+'s nonzero hi primitive in tril_indices(n)).
+  out = _run("""
+import jax, numpy as np
+import jax.numpy as jnp
+n, = jax.export.symbolic_shape("n")
+f = lambda x: x[jnp.tril_indices(x.shape[0])]
+prog = jaxpr_io.trace(f, jax.ShapeDtypeStruct((n, n), jnp.float32))
+before = sorted(families.loaded())
+x = np.arange(9, dtype=np.float32).reshape(3, 3)
+report(before=before, same=np.array_equal(prog(x), f(x)))
+""")
+  assert out["before"] == [] and out["same"]
+  assert out["families"] == sorted(families.CORE)
+
+
 def test_a_kernel_program_loads_the_pallas_family_when_written():
   out = _run("""
 import jax, jax.numpy as jnp

@@ -225,3 +225,49 @@ def test_approx_top_k_under_vmap():
   x = _rng.randn(3, 32).astype(np.float32)
   for got, want in zip(jax.jit(loaded)(x), jax.jit(f)(x)):
     np.testing.assert_array_equal(got, want)
+
+
+def _tril_gather(x):
+  i, j = jnp.tril_indices(x.shape[0])
+  return x[i, j]
+
+
+def _triu_rows(x):
+  i, j = jnp.triu_indices(x.shape[0], m=x.shape[0] + 1)
+  return x[i, j] * i
+
+
+def _arange_inside(x):
+  # The program holds `2*n`, which no argument's shape is.
+  return x + jnp.arange(2 * x.shape[0]).reshape(-1, 2).sum(1).astype(x.dtype)
+
+
+@pytest.mark.parametrize("which", ["traced", "loaded"])
+@pytest.mark.parametrize("fn, shape", [
+    (_tril_gather, lambda n, m: (n, n)),
+    (_triu_rows, lambda n, m: (n, n + 1)),
+    (_arange_inside, lambda n, m: (n,)),
+], ids=["tril_indices", "triu_indices", "arange_inside"])
+def test_dimensions_that_no_argument_carries(fn, shape, which):
+  # Issue 37: jnp.tril_indices(n) of a symbolic n binds (from JAX 0.11)
+  # nonzero's hi primitive with size=floordiv(n^2 - n, 2), a dimension of
+  # no argument; the program failed with UnexpectedDimVar eagerly and under
+  # vmap, and with a broadcast error under jit, where jax.export worked.
+  n, m = _symbolic("n", "m")
+  spec = jax.ShapeDtypeStruct(shape(n, m), jnp.float32)
+  prog = _both(fn, spec)[which]
+  exported = jax.export.export(jax.jit(fn))(spec)
+  ours = converters.to_exported(prog)
+  assert str(ours.in_avals) == str(exported.in_avals)
+  assert str(ours.out_avals) == str(exported.out_avals)
+  c, d = _symbolic("c", "d")  # the caller's own scope
+  other = jax.export.export(jax.jit(prog))(
+      jax.ShapeDtypeStruct(shape(c, d), jnp.float32))
+  for sizes in ((3, 5), (6, 4)):
+    x = _rng.randn(*shape(*sizes)).astype(np.float32)
+    want = jax.jit(fn)(x)
+    np.testing.assert_array_equal(exported.call(x), want)
+    for got in (prog(x), jax.jit(prog)(x), ours.call(x), other.call(x)):
+      np.testing.assert_array_equal(got, want)
+    xs = np.stack([x, 2 * x])
+    np.testing.assert_array_equal(jax.vmap(prog)(xs), jax.vmap(fn)(xs))

@@ -37,6 +37,7 @@ import numpy as np
 from opt_einsum import paths as opt_einsum_paths
 
 from jaxpr_io import compat
+from jaxpr_io.compat import specialize
 from jaxpr_io.compat import symbolic
 from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.safety import validate
@@ -293,11 +294,29 @@ def refusal(value) -> str | None:
           "or as a jax.custom_vjp/custom_jvp function, which jaxpr_io stores")
 
 
+def specialize_hi_prim(name: str, fields: tuple[Field, ...], prim,
+                       specializer):
+  """`prim` for a program specialized to concrete sizes (or re-expressed in
+  another scope): rebuilt from its input avals and fields, specialized.
+
+  Its symbolic dimensions (a `nonzero`'s `size=floordiv(n^2 + n, 2)` in
+  `tril_indices(n)`) are not in any operand's shape that the program
+  specializes: evaluated by the object's own rules (`expand` at call time),
+  they would name variables of no argument."""
+  in_avals = tuple(specializer.aval(a) for a in _in_avals(prim))
+  values = tuple(specializer.value(field.get(prim)) for field in fields)
+  return _construct(type(prim), name, in_avals, fields, values,
+                    UnsupportedError)
+
+
 def _register(cls: type, name: str, fields: tuple[Field, ...]) -> None:
   register_param_codec(
       cls, name=name,
       encode=lambda prim: encode_hi_prim(name, fields, prim),
       decode=lambda stored: decode_hi_prim(name, fields, cls, stored))
+  specialize.register_specializer(
+      value_type=cls,
+      specialize=lambda prim, s: specialize_hi_prim(name, fields, prim, s))
 
 
 def _is_anything(cls, v) -> bool:
