@@ -13,6 +13,7 @@ described in jaxpr_io/families/custom_rules/registrations.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import threading
@@ -53,6 +54,21 @@ class _State(threading.local):
 
 
 _STATE = _State()
+
+
+@contextlib.contextmanager
+def writing_scope():
+  """Around the writing of each program: the analyses of one write are not
+  reused by the next, and the rule thunks the writer and its probes call
+  start from no memo and are left as they were found
+  (`compat.custom_rules.isolated_rules`), so the same program writes the
+  same bytes whatever ran before."""
+  _STATE.vjp_cache.clear()
+  try:
+    with compat_custom_rules.isolated_rules():
+      yield
+  finally:
+    _STATE.vjp_cache.clear()
 
 
 # ------------------------------------------------------------ helpers
