@@ -322,6 +322,18 @@ class _WrittenProgram(threading.local):
 _WRITTEN = _WrittenProgram()
 
 
+# Contexts entered around the writing of every program (families register
+# them): what a family must set up before a write and undo after it.
+_PROGRAM_SCOPES: list[Callable[[], Any]] = []
+
+
+def register_program_scope(scope: Callable[[], Any]) -> None:
+  """Enters the context manager `scope()` around the writing of each
+  program (the outermost `writing_program` of a thread), innermost the last
+  registered."""
+  _PROGRAM_SCOPES.append(scope)
+
+
 @contextlib.contextmanager
 def writing_program(closed, in_tree):
   """The context in which the writer writes the program `closed` (with
@@ -331,7 +343,10 @@ def writing_program(closed, in_tree):
     return
   _WRITTEN.program, _WRITTEN.cache = (closed, in_tree), {}
   try:
-    yield
+    with contextlib.ExitStack() as scopes:
+      for scope in _PROGRAM_SCOPES:
+        scopes.enter_context(scope())
+      yield
   finally:
     _WRITTEN.program, _WRITTEN.cache = None, {}
 

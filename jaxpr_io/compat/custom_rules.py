@@ -19,6 +19,9 @@ that touches those internals; `jaxpr_io.families.custom_rules.registrations` bui
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from typing import Any, Callable, Sequence
 
 import jax
@@ -150,7 +153,7 @@ def recording(fun: WrappedFun, record: Callable[[tuple], None]) -> WrappedFun:
 
   def call(*args):
     record(args)
-    return fun.call_wrapped(*args)
+    return call_isolated(fun, *args)
   return lu.wrap_init(call, debug_info=fun.debug_info)
 
 
@@ -186,12 +189,177 @@ def with_params(closed, replace: Callable[[Any], dict | None]):
   return visit(closed)
 
 
+# Rule thunks and the stores they fill. JAX memoizes a rule thunk
+# (`pe._memoize`: a `cells` dict in the closure of `memoized`); a call it
+# remembers does not refill the stores of the function it traced, which a
+# custom_vjp's `out_trees` and backward rule read, so they hold what the
+# last call that traced left (nothing, if it raised). A thunk made when a
+# jaxpr holding a custom_vjp equation is evaluated again (`lift_fwd`) calls
+# the equation's own thunk: a chain of thunks ends at the rule, and a memo
+# anywhere on it decides what the stores hold. While a program is written
+# (`isolated_rules`), each thunk met gets a memo of the writer's own,
+# empty, that puts back on every call it remembers the stores' values of
+# the call that traced; after the write the thunks' memos and stores are
+# put back as they were found. So a write reads no state that earlier
+# writes, `jax.grad` or `jit` of the original left, and leaves none.
+_MEMOIZED_CODE = pe._memoize(lambda: None).__code__  # pylint: disable=protected-access
+# Closures followed when looking for a thunk's chain: JAX's own functions
+# only (a rule's own closure may hold anything).
+_JAX_SOURCE = os.path.dirname(os.path.dirname(pe.__file__)) + os.sep
+_RULE_PARAMS = ("jvp_jaxpr_fun", "fwd_jaxpr_thunk", "bwd")
+
+
+def _walk(fun) -> tuple[list, list]:
+  """(stores, [(memo cell, memoized function)]) of the chain of rule
+  thunks that `fun` calls, itself included, through JAX's own closures."""
+  stores, memos, todo, walked = [], [], [fun], set()
+  while todo:
+    value = todo.pop()
+    if type(value) is lu.WrappedFun:
+      for store in value.stores:
+        store = getattr(store, "_store", store)  # an EqualStore's Store
+        if type(store) is lu.Store:
+          stores.append(store)
+      todo.append(value.f)
+      continue
+    code = getattr(value, "__code__", None)
+    if (code is None or not code.co_filename.startswith(_JAX_SOURCE)
+        or not getattr(value, "__closure__", None)):
+      continue
+    for name, cell in zip(code.co_freevars, value.__closure__):
+      if id(cell) in walked:
+        continue
+      walked.add(id(cell))
+      if code is _MEMOIZED_CODE and name == "cells":
+        memos.append((cell, value))
+      else:
+        todo.append(cell.cell_contents)
+  return stores, memos
+
+
+class _Isolation:
+  """The rule thunks and stores met while one program is written, with
+  what they held before."""
+
+  def __init__(self):
+    self.cells: dict[int, tuple] = {}  # id(memo cell) -> (cell, JAX's memo)
+    self.stores: dict[int, tuple] = {}  # id(store) -> (store, value)
+    self.chains: dict[int, Any] = {}  # id(thunk) -> thunk taken in
+    self.seen: dict[int, Any] = {}  # id(jaxpr) -> jaxpr walked (kept alive)
+
+  def take_in(self, fun) -> None:
+    """Gives the thunks of `fun`'s chain the writer's memos, on first
+    sight, and records their stores."""
+    if id(fun) in self.chains:
+      return
+    self.chains[id(fun)] = fun
+    stores, memos = _walk(fun)
+    self._keep(stores)
+    for cell, function in memos:
+      if type(cell.cell_contents) is not _WriterMemo:
+        self.cells[id(cell)] = (cell, cell.cell_contents)
+        cell.cell_contents = _WriterMemo(self, _walk(function)[0])
+
+  def _keep(self, stores) -> None:
+    for store in stores:
+      if id(store) not in self.stores:
+        self.stores[id(store)] = (store, store._val)  # pylint: disable=protected-access
+
+  def nested(self, jaxpr) -> None:
+    """Takes in the thunks of the custom rule equations of `jaxpr` (a rule
+    thunk's result) and of its sub-jaxprs."""
+    todo = [jaxpr]
+    while todo:
+      value = todo.pop()
+      if type(value) is tuple:
+        todo.extend(value)
+      elif compat.is_closed_jaxpr(value) and not compat.MERGED_JAXPRS:
+        todo.append(value.jaxpr)
+      elif compat.is_jaxpr(value) and id(value) not in self.seen:
+        self.seen[id(value)] = value
+        for eqn in value.eqns:
+          if eqn.primitive in (custom_jvp_call_p, custom_vjp_call_p):
+            for name in _RULE_PARAMS:
+              if name in eqn.params:
+                self.take_in(eqn.params[name])
+          todo.extend(eqn.params.values())
+
+  def restore(self) -> None:
+    for cell, memo in self.cells.values():
+      cell.cell_contents = memo
+    for store, value in self.stores.values():
+      store._val = value  # pylint: disable=protected-access
+
+
+class _WriterMemo(dict):
+  """A rule thunk's memo while a program is written. A call it remembers
+  puts back the values its chain's stores had after the call that traced,
+  so it is as that call was; the thunks in what it remembers are taken in
+  too, so JAX's own calls of them (when the writer differentiates the
+  program, requests.py) start from the writer's memos as well."""
+
+  __slots__ = ("isolation", "stores", "after")
+
+  def __init__(self, isolation: _Isolation, stores: list):
+    super().__init__()
+    self.isolation = isolation
+    self.stores = stores
+    isolation._keep(stores)  # pylint: disable=protected-access
+    self.after: dict = {}  # key -> the stores' values after its call
+
+  def get(self, key, default=None):
+    value = super().get(key, default)
+    if value is not default:
+      for store, stored in zip(self.stores, self.after[key]):
+        store._val = stored  # pylint: disable=protected-access
+    return value
+
+  def __setitem__(self, key, value):
+    super().__setitem__(key, value)
+    self.after[key] = [store._val for store in self.stores]  # pylint: disable=protected-access
+    if type(value) is tuple and value:
+      self.isolation.nested(value[0])
+
+
+class _Current(threading.local):
+  def __init__(self):
+    self.isolation: _Isolation | None = None
+
+
+_CURRENT = _Current()
+
+
+@contextlib.contextmanager
+def isolated_rules():
+  """The context of writing one program: the custom rule thunks it calls
+  (`call_isolated`, `call_fresh`, `recording`) start from the writer's
+  memos, and their memos and stores are put back after."""
+  outer, _CURRENT.isolation = _CURRENT.isolation, _Isolation()
+  try:
+    yield
+  finally:
+    _CURRENT.isolation.restore()
+    _CURRENT.isolation = outer
+
+
+def call_isolated(thunk: WrappedFun, *pattern):
+  """Calls a rule thunk (`jvp_jaxpr_fun`, `fwd_jaxpr_thunk`) as the
+  program's writer (`isolated_rules`): a call remembered before the write
+  is not used, and one remembered during it leaves the stores as the call
+  that traced did."""
+  if _CURRENT.isolation is not None:
+    _CURRENT.isolation.take_in(thunk)
+  return thunk.call_wrapped(*pattern)
+
+
 def call_fresh(thunk: WrappedFun, *pattern):
   """Calls a forward-rule thunk that JAX memoizes (`pe._memoize`) as if for
-  the first time. A fresh call resets and refills the stores of the
-  function it traces, which `out_trees` and the backward rule read; a
-  remembered call touches nothing, so they hold what the last fresh call
-  left (nothing, if it raised)."""
+  the first time: the stores of the function it traces, which `out_trees`
+  and the backward rule read, hold what a first call stores. While a
+  program is written that is `call_isolated`; outside, the thunk's memo of
+  `pattern` is dropped."""
+  if _CURRENT.isolation is not None:
+    return call_isolated(thunk, *pattern)
   f = thunk.f
   cells = dict(zip(getattr(getattr(f, "__code__", None), "co_freevars", ()),
                    getattr(f, "__closure__", None) or ())).get("cells")

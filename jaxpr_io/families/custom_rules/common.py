@@ -114,6 +114,21 @@ def unsaved_rule_error(rule: str, kind: str, name: str) -> tuple[str, str]:
       "differentiate it further"))
 
 
+@contextlib.contextmanager
+def writing_scope():
+  """Around the writing of each program: the analyses of one write are not
+  reused by the next, and the rule thunks the writer and its probes call
+  start from no memo and are left as they were found
+  (`compat.custom_rules.isolated_rules`), so the same program writes the
+  same bytes whatever ran before."""
+  _STATE.vjp_cache.clear()
+  try:
+    with compat_custom_rules.isolated_rules():
+      yield
+  finally:
+    _STATE.vjp_cache.clear()
+
+
 # ------------------------------------------------------------ helpers
 class _Eqn:
   """What the codecs use of an equation's plain params."""

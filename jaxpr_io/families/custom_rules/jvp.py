@@ -15,6 +15,7 @@ from jaxpr_io.families.custom_rules.common import (
     RaisingRule, _Ref, _STATE, symbolic_patterns, _wrap)
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.families.custom_rules import common
+from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.families.custom_rules import wide
 
 
@@ -61,7 +62,8 @@ class _JvpRef(_Ref):
 
 def _trace_jvp(fun, pattern, eqn: _Eqn) -> tuple:
   try:
-    jaxpr, consts, out_zeros = fun.call_wrapped(*pattern)
+    jaxpr, consts, out_zeros = compat_custom_rules.call_isolated(
+        fun, *pattern)
   except UnsupportedError:
     raise
   except Exception as e:  # pylint: disable=broad-except

@@ -148,6 +148,7 @@ from jaxpr_io.families.custom_rules import jvp as custom_jvp
 from jaxpr_io.families.custom_rules import vjp as custom_vjp
 from jaxpr_io.codec import registry
 from jaxpr_io.families.custom_rules.common import JVP_PRIMITIVE, VJP_PRIMITIVE
+from jaxpr_io.families.custom_rules.common import writing_scope
 
 
 registry.register_eqn_param_codec(JVP_PRIMITIVE, "jvp_jaxpr_fun",
@@ -162,3 +163,4 @@ registry.register_eqn_param_codec(VJP_PRIMITIVE, "bwd",
 registry.register_eqn_param_codec(VJP_PRIMITIVE, "out_trees",
                                   encode=custom_vjp.encode_out_trees,
                                   decode=custom_vjp.decode_out_trees)
+registry.register_program_scope(writing_scope)

@@ -224,7 +224,7 @@ class _VjpAnalysis:
     eqn = self.eqn
     try:
       # Fresh: `out_trees` reads what this call stores (the probes of
-      # requests.py, or an earlier dumps, may have made it before).
+      # requests.py may have made it before, in this write).
       jaxpr, consts = compat_custom_rules.call_fresh(self.fwd_fun, *pattern)
       out_tree, res_tree, input_fwds = self.out_trees()
     except UnsupportedError:
