@@ -2,20 +2,26 @@
 and the param schema (jaxpr_io/format/param_schema.json).
 
     python schema/vocabulary_scan.py OUT.json        # under each release
+    python schema/vocabulary_scan.py --definitions DEFS.json  # each release
     python schema/vocabulary_scan.py --markdown A.json B.json ... > NEW.md
     mv NEW.md schema/VOCABULARY.md
-    python schema/vocabulary_scan.py --schema A.json B.json ...  # writes it
+    python schema/vocabulary_scan.py --schema A.json B.json ... DEFS_A.json ...
 
 The first form traces every CPU harness of JAX's primitive test suite and the
 test programs, maps each equation to the format's vocabulary with the
 running release's adapter (exactly what the writer stores), and records, per
 vocabulary primitive, each param's kind of value and the release's own name
-for the primitive. The second form merges the releases' lists into the
+for the primitive. The second form (seconds, no tracing) records what the
+running release's rules for each primitive accept
+(jaxpr_io/compat/param_definitions.py): the params they name, which they
+require, which they show to be optional, and the kinds their annotations
+give. The third form merges the releases' lists into the
 table that documents the vocabulary. Rows of primitives that no scanned
 program holds (kernel primitives, JAX 0.12's thunky) keep the params text
 written by hand in the current schema/VOCABULARY.md; a primitive that the
 scan saw without params says "(no params)", one it never saw and that has
-no hand-written text says "(not traced)".
+no hand-written text says "(not traced)". The last form writes the param
+schema from both kinds of file (see `write_schema`).
 """
 
 from __future__ import annotations
@@ -45,7 +51,15 @@ def _kind(value, compat) -> str:
   return f"{t.__qualname__}"
 
 
+# The sharding cases of the exchange set need 8 devices: without them their
+# primitives (sharding_constraint, all_gather, ...) are not traced.
+_DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
+
+
 def scan(out_path: str) -> None:
+  if _DEVICES_FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " "
+                               + _DEVICES_FLAG).strip()
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jaxpr_io import compat
@@ -108,6 +122,25 @@ def scan(out_path: str) -> None:
                 for n in registry.PRIMITIVES.all())}
   with open(out_path, "w") as f:
     json.dump(result, f, indent=1, sort_keys=True)
+
+
+def definitions(out_path: str) -> None:
+  """Writes what the running release's rules say of each primitive's params
+  (the `--definitions` form), by vocabulary name."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from jaxpr_io import compat  # pylint: disable=g-import-not-at-top
+  from jaxpr_io.codec import registry  # pylint: disable=g-import-not-at-top
+  from jaxpr_io.compat import param_definitions  # pylint: disable=g-import-not-at-top
+  out = {}
+  for name, prim in sorted(registry.PRIMITIVES.all().items()):
+    d = param_definitions.definition(prim)
+    out[compat.ADAPTER.format_name(name)] = {
+        "named": dict(sorted(d.named.items())),
+        "optional": sorted(d.optional),
+        "kinds": {k: list(v) for k, v in sorted(d.kinds.items())}}
+  with open(out_path, "w") as f:
+    json.dump({"jax": jax.__version__, "definitions": out}, f, indent=1,
+              sort_keys=True)
 
 
 def _more_programs(record):
@@ -246,8 +279,20 @@ def _in_schema(name: str, vocabulary: set) -> bool:
 
 
 def write_schema(paths, out_path: str) -> None:
-  """Merges the releases' scans into jaxpr_io/format/param_schema.json."""
-  releases = [json.load(open(p)) for p in paths]
+  """Merges the releases' scans into jaxpr_io/format/param_schema.json.
+
+  `paths` holds trace scans (the first form) and definition scans
+  (`--definitions`) of each release. A primitive's params are the traced
+  ones and those its definitions name on any release; kinds are the traced
+  ones, the definitions' (annotations, param_definitions.PARAM_KINDS) and
+  `WIDENED`. A named param without any kind (a helper's keyword with a
+  default that no binding site passes: naryop_dtype_rule's
+  `allow_extended_dtype`) is left out and listed on stderr. Required: what
+  every trace held on every release, less what a release's definitions
+  show JAX runs without (`optional`)."""
+  scans = [json.load(open(p)) for p in paths]
+  releases = [r for r in scans if "schema" in r]
+  defined = [r for r in scans if "definitions" in r]
   vocabulary = set().union(*(r["all_primitives"] for r in releases))
   merged: dict = {}
   for r in releases:
@@ -260,6 +305,7 @@ def write_schema(paths, out_path: str) -> None:
         m["params"][p].update(kinds)
       req = set(entry["required"])
       m["required"] = req if m["required"] is None else m["required"] & req
+  _merge_definitions(merged, defined)
   for m in merged.values():
     for p, kinds in m["params"].items():
       kinds.update(WIDENED.get(p, ()))
@@ -267,6 +313,7 @@ def write_schema(paths, out_path: str) -> None:
       "comment": "Generated by schema/vocabulary_scan.py --schema; see "
                  "jaxpr_io/format/param_schema.py. Do not edit by hand.",
       "releases": [r["jax"] for r in releases],
+      "definitions": [r["jax"] for r in defined],
       "primitives": {
           name: {"params": {p: sorted(k) for p, k in sorted(
               m["params"].items())},
@@ -275,6 +322,23 @@ def write_schema(paths, out_path: str) -> None:
   with open(out_path, "w") as f:
     json.dump(data, f, indent=1, sort_keys=True)
     f.write("\n")
+
+
+def _merge_definitions(merged: dict, defined: list) -> None:
+  for r in defined:
+    for name, d in r["definitions"].items():
+      m = merged.get(name)
+      if m is None:   # not in the schema (see _in_schema)
+        continue
+      for p in d["named"]:
+        kinds = set(d["kinds"].get(p, ())) | set(WIDENED.get(p, ()))
+        if not kinds and not m["params"].get(p):
+          print(f"schema: {name}: {p!r} ({r['jax']}) has no kind: left out",
+                file=sys.stderr)
+          continue
+        m["params"][p].update(kinds)
+      if m["required"] is not None:
+        m["required"] -= set(d["optional"])
 
 
 def _format_version() -> int:
@@ -423,6 +487,8 @@ Kernel primitives that JAX 0.12 renamed keep their earlier names in files:
 if __name__ == "__main__":
   if sys.argv[1] == "--markdown":
     sys.stdout.write(markdown(sys.argv[2:]))
+  elif sys.argv[1] == "--definitions":
+    definitions(sys.argv[2])
   elif sys.argv[1] == "--schema":
     write_schema(sys.argv[2:], os.path.join(
         _ROOT, "jaxpr_io", "format", "param_schema.json"))
