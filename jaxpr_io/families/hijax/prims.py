@@ -153,7 +153,8 @@ _FIELDS: dict[str, tuple[Field, ...]] = {
               "None, a Precision (or its name), a DotAlgorithmPreset or a "
               "pair of Precisions"),
         Field("preferred_element_type", _param("preferred_element_type"),
-              _is_optional_dtype, "None or a dtype"),
+              _is_optional_dtype, "None, a dtype or a scalar type such as "
+              "jnp.float32"),
     ),
     # checkpoint_name under the experimental jax_remat3 setting; the
     # constructors take the name first (`_NAME_FIRST`).

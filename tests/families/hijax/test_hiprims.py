@@ -423,16 +423,13 @@ def test_bad_einsum_arguments_in_the_file(old, new, match):
 
 
 @needs_einsum
-def test_einsum_value_the_reader_would_refuse_is_not_written():
-  # A scalar type where the class keeps what the caller passed: the file
-  # stores dtypes only, so dumps refuses it by name (pass a dtype).
-  prog = jaxpr_io.trace(lambda a: numpy_hijax.einsum(
-      "ij->i", a, preferred_element_type=jnp.float32), MATRIX)
-  with pytest.raises(jaxpr_io.UnsupportedError,
-                     match=r"'jax.numpy.Einsum': preferred_element_type is "
-                           r".*float32.*which jaxpr_io stores only as None "
-                           r"or a dtype"):
-    jaxpr_io.dumps(prog)
+@pytest.mark.parametrize("scalar_type", [jnp.float32, np.float32])
+def test_einsum_scalar_type_preferred_element_type(scalar_type):
+  # The class keeps what the caller passed, unconverted (JAX's DTypeLike),
+  # as ragged_dot's param does: stored as it is, the loaded program prints,
+  # computes and re-dumps as the original.
+  _round_trips(lambda a: numpy_hijax.einsum(
+      "ij->i", a, preferred_element_type=scalar_type), (MATRIX,), "Einsum")
 
 
 # ------------------------------------------ checkpoint names (jax_remat3)
