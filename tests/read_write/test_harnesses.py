@@ -1,7 +1,9 @@
 """Round trip of JAX's own primitive test suite.
 
 Every harness in `jax._src.internal_test_util.test_harnesses.all_harnesses`
-that traces on the CPU, with and without `jax_enable_x64`: the loaded program
+that traces on the CPU, with and without `jax_enable_x64`: the file must
+load as a user loads it (`loads(data, check=True)`, untrusted: every param
+screened, the program type-checked and compiled), and the loaded program
 must print like the original, re-dump to the same bytes and compute
 bit-identical results.
 
@@ -55,7 +57,7 @@ def test_harness_roundtrip(harness, x64):
       closed = jax.make_jaxpr(harness.dyn_fun)(*args)
     except Exception as e:  # pylint: disable=broad-except
       pytest.skip(f"JAX itself does not trace this harness: {e}")
-    loaded = assert_roundtrip(closed)
+    loaded = assert_roundtrip(closed, as_user=True)
     expected = jax.jit(compat.jaxpr_as_fun(closed))(*args)
     actual = jax.jit(compat.jaxpr_as_fun(loaded.closed_jaxpr))(*args)
     assert_bit_identical(actual, expected)
