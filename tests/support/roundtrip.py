@@ -43,8 +43,18 @@ def normalized_text(closed) -> str:
   return _FROZENSET.sub(_sorted_frozenset, _CALLABLE.sub("<function>", text))
 
 
+def _is_token(x) -> bool:
+  try:
+    return type(jax.typeof(x)) is compat.AbstractToken
+  except TypeError:  # not a JAX value: compared by its bytes below
+    return False
+
+
 def bits(x) -> tuple:
-  """A value's dtype, shape and raw bytes: equal iff bit-identical."""
+  """A value's dtype, shape and raw bytes: equal iff bit-identical (tokens,
+  which hold no data, are all alike)."""
+  if _is_token(x):
+    return ("token",)
   if compat.is_key_array(x):
     x = compat.key_data(x)
   x = np.asarray(x)
