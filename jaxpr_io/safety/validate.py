@@ -291,14 +291,25 @@ def _precision(value) -> bool:
           and all(type(v) is _PRECISION for v in value))
 
 
+# jax.numpy's scalar types and their numpy ones, by identity.
+_SCALAR_TYPES = frozenset(id(t) for dtype, jnp_type in compat.SCALAR_TYPES.items()
+                          for t in (dtype.type, jnp_type))
+
+
 def _optional_dtype(value) -> bool:
-  return value is None or isinstance(value, np.dtype)
+  # JAX's DTypeLike: lax.ragged_dot binds `preferred_element_type` as the
+  # user passed it (jnp.float32, np.float32), unconverted, and its rules
+  # and dot_general's take it; stored as it is, it prints and re-dumps as
+  # the original.
+  return (value is None or isinstance(value, np.dtype)
+          or id(value) in _SCALAR_TYPES)
 
 
 PARAM_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "precision": (_precision, "None, a Precision, a DotAlgorithmPreset or a "
                               "pair of Precisions"),
-    "preferred_element_type": (_optional_dtype, "None or a dtype"),
+    "preferred_element_type": (_optional_dtype, "None, a dtype or a scalar "
+                                                "type such as jnp.float32"),
 }
 
 

@@ -131,7 +131,8 @@ class JaxprEncoder:
                 if name in registry.INPUT_TYPED_PRIMITIVES else None)
     columns.kinds.append(w.equation_kind(
         name, w.param_set(name, eqn_params, in_avals), len(eqn.invars),
-        len(eqn.outvars)))
+        len(eqn.outvars), None if fill is not None else eqn.primitive,
+        eqn.params))
     if eqn.effects:
       self.effects(eqn.effects, columns.effects.add(equation=i).effects)
     columns.contexts.append(w.eqn_context(eqn.ctx))

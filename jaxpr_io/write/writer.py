@@ -36,7 +36,8 @@ from jaxpr_io.pytree import write as tree_write
 from jaxpr_io.format import version
 from jaxpr_io.format import vocabulary
 from jaxpr_io.format import limits
-from jaxpr_io.errors import UnsupportedError
+from jaxpr_io.safety import validate
+from jaxpr_io.errors import FormatError, UnsupportedError
 
 _DOUBLE = struct.Struct("<d")
 # Arrays of at most this many bytes are stored inside the message.
@@ -149,10 +150,16 @@ class Writer:
     return index
 
   def equation_kind(self, name: str, param_set: int, n_in: int,
-                    n_out: int) -> int:
+                    n_out: int, prim=None, release_params=None) -> int:
+    """Index of an equation kind. `prim` and `release_params` (the
+    equation's primitive and params as this release binds them): checked
+    as the reader checks a kind (`validate.check_equation`) when new."""
     key = (self.string(name), param_set, n_in, n_out)
     index = self._eqn_kinds.get(key)
     if index is None:
+      if prim is not None:
+        _as_written(validate.check_equation, name, prim, n_in, n_out,
+                    release_params)
       index = self._eqn_kinds[key] = len(self.msg.equation_kinds)
       self.msg.equation_kinds.add(primitive=key[0], param_set=param_set,
                                   num_invars=n_in, num_outvars=n_out)
@@ -205,6 +212,11 @@ class Writer:
         self.open_jaxpr_slot = outer_slot
         self.closure_from_inputs_slot = False
         self.unvalued_consts_slot = outer_unvalued
+    # What the reader checks of every param set it decodes, and of every
+    # equation kind's params: refused here, before any byte is written, so
+    # that no file the writer writes is refused by its reader.
+    _as_written(validate.check_param_values, values)
+    _as_written(validate.check_param_schema, name, values)
     self._keepalive.append((values, key))  # `key` holds ids of its values
     # Equal values that are distinct objects (two equal shardings) give
     # equal bytes: store them once, as a reader shares them (see
@@ -443,6 +455,21 @@ _NAME_ENTRY_KINDS = {compat.NameScope: pb.NameStackKind["SCOPE"],
 _VALUE_KEYED = frozenset({bool, int, str, type(None), *(
     type(d) for d in dtypes.DTYPE_TO_ENUM), *compat_tables.ENUMS.values()})
 _NUMPY_SCALARS = frozenset(d.type for d in dtypes.DTYPE_TO_ENUM)
+
+
+def _as_written(check, *args) -> None:
+  """Runs one of the reader's checks on what is being written; what it
+  refuses is an UnsupportedError (the callers add the equation's index and
+  primitive)."""
+  try:
+    check(*args)
+  except FormatError as e:
+    text = str(e).split("; the file was damaged")[0]
+    raise UnsupportedError(
+        f"{text}: its reader would refuse this equation, so it is not "
+        "written (if JAX binds it so, the param schema lacks it: "
+        "regenerate jaxpr_io/format/param_schema.json as docs/format.md "
+        "says, or report it)") from None
 
 
 def _value_key(v):

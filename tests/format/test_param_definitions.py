@@ -1,0 +1,84 @@
+"""The param schema holds what the running release's rules for each
+primitive accept (issue 37), read at test time from the rules JAX registers
+(jaxpr_io/compat/param_definitions.py). The committed
+jaxpr_io/format/param_schema.json fails here when a rule of this release
+names a param it lacks: regenerate it as docs/format.md says.
+
+The expected sets below were read from JAX's source of 0.10.2, 0.11.2 and
+0.12.0.1 (jax/_src/lax/lax.py, control_flow/loops.py, conditionals.py).
+"""
+
+from __future__ import annotations
+
+from jaxpr_io import compat
+from jaxpr_io.codec import registry
+from jaxpr_io.compat import param_definitions
+from jaxpr_io.format import param_schema
+
+
+def _definition(prim):
+  return param_definitions.definition(prim)
+
+
+def _prim(name: str):
+  return registry.PRIMITIVES.all()[name]
+
+
+def test_definitions_of_primitives_read_from_jax_source():
+  # lax.conj binds input_dtype; only the transpose rule names it, and the
+  # other rules take **params: named, not required, any name accepted.
+  conj = _definition(_prim("conj"))
+  assert conj.named == {"input_dtype": False} and conj.accepted is None
+  assert set(conj.kinds["input_dtype"]) == {"dtype", "type"}
+  # cbrt's lowering (_nary_lower_hlo) takes accuracy=None: optional.
+  cbrt = _definition(_prim("cbrt"))
+  assert cbrt.named == {"accuracy": False} and cbrt.optional == {"accuracy"}
+  # reduce_precision's shape rule: (operand, *, exponent_bits, mantissa_bits).
+  rp = _definition(_prim("reduce_precision"))
+  assert rp.named == {"exponent_bits": True, "mantissa_bits": True}
+  assert rp.accepted == {"exponent_bits", "mantissa_bits"}
+  # dot_general: its transpose rule's swap_ans and its dtype rule's name
+  # (keywords with defaults) fail at the closed shape rule: not params.
+  dot = _definition(_prim("dot_general"))
+  assert set(dot.named) == {"dimension_numbers", "precision",
+                            "preferred_element_type", "out_sharding"}
+  ragged = _definition(_prim("ragged_dot_general"))
+  assert set(ragged.named) == {
+      "ragged_dot_dimension_numbers", "precision", "preferred_element_type",
+      "group_offset", "out_sharding"}
+  assert set(ragged.kinds["preferred_element_type"]) == {"dtype", "type",
+                                                         "none"}
+  # cond's abstract eval: (*avals, branches, **_).
+  cond = _definition(_prim("cond"))
+  assert cond.named == {"branches": True} and cond.accepted is None
+  scan = _definition(_prim("scan"))
+  assert {"jaxpr", "length", "reverse", "unroll"} <= set(scan.named)
+  assert all(scan.named.values())
+
+
+def test_schema_holds_every_param_the_rules_name():
+  table = param_schema.table()
+  missing, over_required, seen = [], [], 0
+  for name, prim in sorted(registry.PRIMITIVES.all().items()):
+    schema = table.get(compat.ADAPTER.format_name(name))
+    if schema is None:
+      continue
+    seen += 1
+    d = _definition(prim)
+    # A named param without any kind (a helper's keyword that no binding
+    # site passes, such as naryop_dtype_rule's allow_extended_dtype) is left
+    # out on purpose (schema/vocabulary_scan.py, write_schema).
+    missing += [(name, p) for p in d.named
+                if p in d.kinds and p not in schema.params]
+    over_required += [(name, p) for p in schema.required & d.optional]
+  assert seen > 100
+  assert not missing, f"the schema lacks params this release's rules name: {missing}"
+  assert not over_required, f"required, but JAX runs without: {over_required}"
+
+
+def test_conj_and_cbrt_params_are_in_the_schema():
+  table = param_schema.table()
+  assert "input_dtype" in table["conj"].params
+  assert "accuracy" in table["cbrt"].params
+  assert "accuracy" not in table["cbrt"].required
+  assert "type" in table["ragged_dot_general"].params["preferred_element_type"]
