@@ -580,6 +580,45 @@ def bench_transformer(n_layers, repeats):
     print_loads_vs_construct(data, repeats)
 
 
+def bench_write_checks(n_layers, repeats):
+    """dumps of the transformer with the reader's per-equation checks that
+    the writer runs (jaxpr_io/write/writer.py `_as_written`) and without
+    them, interleaved run by run so that the machine's drift hits both."""
+    from jaxpr_io.write import writer  # lazy: only this benchmark patches it
+    model = Transformer(n_layers)
+    tokens = jnp.zeros((BATCH, SEQ_LEN), jnp.int32)
+    params = model.init(jax.random.key(0), tokens)
+    prog = jaxpr_io.trace(lambda p, t: model.apply(p, t), params, tokens)
+    checked = writer._as_written
+    inside = []   # seconds spent in the checks themselves, call by call
+
+    def timed(*args):
+        start = time.perf_counter()
+        try:
+            checked(*args)
+        finally:
+            inside.append(time.perf_counter() - start)
+
+    with_checks, without = [], []
+    pairs = [(with_checks, timed), (without, lambda *args: None)]
+    for i in range(repeats):
+        for times, check in pairs[::1 if i % 2 else -1]:  # alternate first
+            writer._as_written = check
+            try:
+                times.append(median_time(lambda: jaxpr_io.dumps(prog), 1))
+            finally:
+                writer._as_written = checked
+    a, b = statistics.median(with_checks), statistics.median(without)
+    print(f"== dumps of the {n_layers}-layer transformer "
+          f"({count_eqns(prog.closed_jaxpr.jaxpr)} equations), "
+          f"{repeats} interleaved runs each ==")
+    print(f"{'without the checks':<28}{fmt_ms(b)}")
+    print(f"{'with the checks':<28}{fmt_ms(a)}   {100 * (a / b - 1):+.1f}%")
+    per_dumps = sum(inside) / repeats
+    print(f"{'in the checks, per dumps':<28}{fmt_ms(per_dumps)}   "
+          f"{100 * per_dumps / b:.1f}% ({len(inside) // repeats} checks)")
+
+
 def make_constants(const_gib):
     """float32 numpy arrays of CONST_COLUMNS columns totalling about ``const_gib`` GiB."""
     total_bytes = int(const_gib * 2**30)
@@ -657,10 +696,12 @@ def main():
                         help="GiB of float32 constants for the save and lazy-load benchmarks")
     parser.add_argument("--dir", default=None,
                         help="directory to save in (default: the system's temporary directory)")
-    parser.add_argument("--only", choices=("transformer", "constants", "loads"), default=None,
+    parser.add_argument("--only", choices=("transformer", "constants", "loads",
+                                           "write-checks"), default=None,
                         help="run one of the two benchmarks (default: both); `constants` "
                              "is the save and lazy-load one, `loads` only the transformer's "
-                             "loads vs construct")
+                             "loads vs construct, `write-checks` the cost of the checks "
+                             "dumps runs on what it writes")
     args = parser.parse_args()
 
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, repeats {args.repeats}\n")
@@ -668,6 +709,8 @@ def main():
         bench_transformer(args.layers, args.repeats)
     if args.only == "loads":
         bench_loads_only(args.layers, args.repeats)
+    if args.only == "write-checks":
+        bench_write_checks(args.layers, args.repeats)
     if args.only is None:
         print()
     if args.only in (None, "constants"):

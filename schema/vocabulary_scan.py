@@ -51,7 +51,15 @@ def _kind(value, compat) -> str:
   return f"{t.__qualname__}"
 
 
+# The sharding cases of the exchange set need 8 devices: without them their
+# primitives (sharding_constraint, all_gather, ...) are not traced.
+_DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
+
+
 def scan(out_path: str) -> None:
+  if _DEVICES_FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " "
+                               + _DEVICES_FLAG).strip()
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jaxpr_io import compat
