@@ -6,8 +6,10 @@ found by introspection, argument recipes where arrays alone do not do).
 Every call that JAX traces and runs is traced with `jaxpr_io.trace`, written
 with `dumps`, and loaded as a user loads a file (`loads(data, check=True)`,
 untrusted); the loaded program must print like the original, re-dump to the
-same bytes and compute bit-identical results. Calls that JAX itself refuses
-to trace or run are skipped (JAX's limit, not jaxpr_io's).
+same bytes and compute bit-identical results (values of the same types for
+the functions of `public_api.NONDETERMINISTIC`, whose original differs from
+call to call). Calls that JAX itself refuses to trace or run are skipped
+(JAX's limit, not jaxpr_io's).
 
 CI runs a deterministic sample (every call with a stable hash that falls in
 1/JAXPR_IO_API_SWEEP_SAMPLE, default 1/25, plus `MUST_RUN`). The whole
@@ -90,6 +92,10 @@ def _traced(case):
               f"{type(refusal).__name__}: {refusal}")
 
 
+def _types(outputs) -> list:
+  return [(str(x.dtype), x.shape) for x in jax.tree_util.tree_leaves(outputs)]
+
+
 def test_sample_holds_the_must_run_calls():
   """A must-run id that no longer names a call (a renamed variant, a
   function a release dropped) would silently leave the sample."""
@@ -103,7 +109,10 @@ def test_public_function_roundtrip(case):
   try:
     loaded = assert_roundtrip(program, as_user=True)
     actual = jax.jit(compat.jaxpr_as_fun(loaded.closed_jaxpr))(*arrays)
-    assert_bit_identical(actual, expected)
+    if case.qualname in public_api.NONDETERMINISTIC:
+      assert _types(actual) == _types(expected)
+    else:
+      assert_bit_identical(actual, expected)
   except Exception as e:
     _record(case, "failed", e)
     raise

@@ -75,6 +75,15 @@ JAX_ABORTS = {
 }
 
 
+# Functions whose original gives other values at each call (hidden state):
+# their loaded program must give values of the same types, not the same
+# values.
+NONDETERMINISTIC = {
+    "lax.rng_uniform": "XLA's RngUniform draws from its executable's hidden "
+                       "state: two calls of the original differ",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
   """One function on one dtype, with one keyword variant ('' for none)."""
