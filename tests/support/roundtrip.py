@@ -43,8 +43,18 @@ def normalized_text(closed) -> str:
   return _FROZENSET.sub(_sorted_frozenset, _CALLABLE.sub("<function>", text))
 
 
+def _is_token(x) -> bool:
+  try:
+    return type(jax.typeof(x)) is compat.AbstractToken
+  except TypeError:  # not a JAX value: compared by its bytes below
+    return False
+
+
 def bits(x) -> tuple:
-  """A value's dtype, shape and raw bytes: equal iff bit-identical."""
+  """A value's dtype, shape and raw bytes: equal iff bit-identical (tokens,
+  which hold no data, are all alike)."""
+  if _is_token(x):
+    return ("token",)
   if compat.is_key_array(x):
     x = compat.key_data(x)
   x = np.asarray(x)
@@ -59,10 +69,13 @@ def assert_bit_identical(actual, expected) -> None:
     assert bits(a) == bits(e), f"output {i} differs:\n{a}\nvs\n{e}"
 
 
-def assert_roundtrip(program, *, check: bool = True):
+def assert_roundtrip(program, *, check: bool = True, as_user: bool = False):
   """dumps -> loads must print alike and re-dump to the same bytes.
 
-  Returns the loaded program.
+  With `as_user`, the bytes are also loaded as a user loads a file they
+  were given (`loads(data, check=True)`, untrusted), which must accept
+  them; the check is then done there only, not twice. Returns the loaded
+  (trusted) program.
   """
   data = jaxpr_io.dumps(program)
   original = (program if type(program) is compat.ClosedJaxpr
@@ -72,8 +85,10 @@ def assert_roundtrip(program, *, check: bool = True):
     # check=True proves the program prints; JAX cannot print this one
     # (see normalized_text), so the check would rightly refuse it.
     check = False
+  if as_user:
+    jaxpr_io.loads(data, check=check)
   # Our own bytes: trusted, so every param comes back as written.
-  loaded = jaxpr_io.loads(data, check=check, trusted=True)
+  loaded = jaxpr_io.loads(data, check=check and not as_user, trusted=True)
   assert normalized_text(loaded.closed_jaxpr) == expected_text
   assert jaxpr_io.dumps(loaded) == data, "re-dump changed the bytes"
   return loaded
