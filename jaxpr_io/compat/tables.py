@@ -195,6 +195,9 @@ PRECISION_NAMES = frozenset(
 # Stable serialized name -> enum class. A member is stored by its name.
 ENUMS: dict[str, type] = {
     "jax.lax.Precision": lax_internal.Precision,
+    # The unary ops' `accuracy` (jax.scipy.special's erfcx, ndtri, kl_div
+    # bind exp with AccuracyMode.HIGHEST on 0.12).
+    "jax.lax.AccuracyMode": lax_internal.AccuracyMode,
     "jax.lax.RoundingMethod": lax_internal.RoundingMethod,
     "jax.lax.RandomAlgorithm": lax_internal.RandomAlgorithm,
     "jax.lax.DotAlgorithmPreset": lax_internal.DotAlgorithmPreset,

@@ -84,30 +84,19 @@ NONDETERMINISTIC = {
 }
 
 
-_SELF_CALLING_RULE = ("its custom_jvp rule calls the function again; the "
-                      "writer refuses it (issue 37: custom rules that call "
-                      "themselves)")
-_ACCURACY_MODE = ("binds exp with accuracy=AccuracyMode.HIGHEST, an enum "
-                  "the writer cannot store (not in compat/tables.py ENUMS)")
+_CLOSES_OVER_TRACERS = (
+    "JAX 0.10's expn passes its order n, an array, as a nondiff argument: "
+    "the JVP rule closes over it (a tracer of the program being traced), "
+    "which no file can hold; the writer refuses it by name (JAX 0.11+ "
+    "passes it as an argument and the program is stored)")
 # Failures still open (a function, or a function on one dtype), by the
 # releases whose whole sweep found them (docs/testing.md): the test marks
 # these calls xfail, strict on those releases (a fix must remove its line)
 # and not strict on the others.
 OPEN_FAILURES = {
-    **{f: (("0.10",), _SELF_CALLING_RULE) for f in (
-        "jnp.sinc", "jax.scipy.special.sici-float32",
+    **{f: (("0.10",), _CLOSES_OVER_TRACERS) for f in (
         "jax.scipy.special.expn-float32",
         "jax.scipy.special.exp1", "jax.scipy.special.expi")},
-    **{f: (("0.11", "0.12"), _SELF_CALLING_RULE) for f in (
-        "jnp.i0", "jnp.kaiser", "jax.scipy.special.i0",
-        "jax.scipy.special.i1")},
-    **{f: (("0.12",), _ACCURACY_MODE) for f in (
-        "jax.scipy.special.erfcinv", "jax.scipy.special.erfcx-float32",
-        "jax.scipy.special.erfcx-int32", "jax.scipy.special.erfcx-bool",
-        "jax.scipy.special.kl_div", "jax.scipy.special.rel_entr",
-        "jax.scipy.special.ndtri-float32")},
-    "lax.custom_root": (("0.12",), "0.12's CustomRoot hi primitive is not "
-                        "in jaxpr_io's table (issue 37)"),
 }
 _MEASURED = ("0.10", "0.12")
 
