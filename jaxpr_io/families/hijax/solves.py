@@ -176,16 +176,22 @@ def _check_type(name, field, value, ok: bool, expected: str, error):
                 f"{value!r:.100}")
 
 
+def _avals_tree(name, prefix, flat, tree, error):
+  """The stored avals `flat` unflattened by the stored treedef `tree`
+  (fields `<prefix>_avals` and `<prefix>_tree`), each checked."""
+  _check_type(name, f"{prefix}_avals", flat, type(flat) is tuple and all(
+      type(a) is compat.ShapedArray for a in flat),
+      "a tuple of arrays' avals", error)
+  _check_type(name, f"{prefix}_tree", tree,
+              type(tree) is compat_pytrees.PyTreeDef
+              and tree.num_leaves == len(flat),
+              f"a treedef of {len(flat)} leaves", error)
+  return jax.tree_util.tree_unflatten(tree, flat)
+
+
 def _unflatten(name, in_flat, in_tree, n_items, error):
   """The stored avals `in_flat` as a tuple of `n_items` pytrees."""
-  _check_type(name, "in_avals", in_flat, type(in_flat) is tuple and all(
-      type(a) is compat.ShapedArray for a in in_flat),
-      "a tuple of arrays' avals", error)
-  _check_type(name, "in_tree", in_tree,
-              type(in_tree) is compat_pytrees.PyTreeDef
-              and in_tree.num_leaves == len(in_flat),
-              f"a treedef of {len(in_flat)} leaves", error)
-  avals = jax.tree_util.tree_unflatten(in_tree, in_flat)
+  avals = _avals_tree(name, "in", in_flat, in_tree, error)
   _check_type(name, "in_tree", in_tree,
               type(avals) is tuple and len(avals) == n_items,
               f"the treedef of a tuple of {n_items}", error)
@@ -284,16 +290,9 @@ def _decode_root_linear_map(stored, error=FormatError):
   _check_type(name, "names", names, _are_names(names, 1),
               "1 function's name", error)
   in_avals = _unflatten(name, in_flat, in_tree, 3, error)
-  _check_type(name, "out_avals", out_flat, type(out_flat) is tuple and all(
-      type(a) is compat.ShapedArray for a in out_flat),
-      "a tuple of arrays' avals", error)
-  _check_type(name, "out_tree", out_tree,
-              type(out_tree) is compat_pytrees.PyTreeDef
-              and out_tree.num_leaves == len(out_flat),
-              f"a treedef of {len(out_flat)} leaves", error)
+  out_aval = _avals_tree(name, "out", out_flat, out_tree, error)
   _check_type(name, "transposed", transposed, type(transposed) is bool,
               "a bool", error)
-  out_aval = jax.tree_util.tree_unflatten(out_tree, out_flat)
   f_out = in_avals[2] if transposed else out_aval
   _check_jaxpr(name, "f_jaxpr", f, in_avals[:2], f_out, error)
   return _construct(name, hi_solves.RootLinearMap, (
