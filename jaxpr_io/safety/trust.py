@@ -498,11 +498,14 @@ POLICIES: tuple[Policy, ...] = (
            "the name (or None)", "the same"),
     Policy("`call_hi_primitive` and `call_hi_primitive_linearized` "
            "`_prim` (JAX 0.11+ jax.numpy: "
-           "`searchsorted`, `nonzero`, `ldexp`, `frexp`, ...)", "allowlisted",
+           "`searchsorted`, `nonzero`, `ldexp`, `frexp`, ...; "
+           "`lax.custom_root`)", "allowlisted",
            "one of JAX's own hi primitive classes in jaxpr_io's table "
            "(jaxpr_io/families/hijax/prims.py), or a class the loading process "
            "registered with `jaxpr_io.register_hi_primitive`; its "
-           "constructor arguments are validated before the call",
+           "constructor arguments are validated before the call "
+           "(`custom_root`'s callables are rebuilt from stored jaxprs whose "
+           "signatures are checked, families/hijax/solves.py)",
            "the same"),
     Policy("library functions in Equinox, Lineax, Optimistix and Diffrax "
            "values "
