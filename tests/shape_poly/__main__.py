@@ -61,6 +61,19 @@ def failures(records) -> list[str]:
   return out
 
 
+def _read(paths: str) -> dict:
+  """{harness name: record} of comma-separated JSON lines files, a later
+  record of a name replacing an earlier one."""
+  records = {}
+  for path in paths.split(","):
+    with open(path) as f:
+      for line in f:
+        if line.strip():
+          record = json.loads(line)
+          records[record["name"]] = record
+  return records
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="python -m tests.shape_poly",
                                    description=__doc__.splitlines()[0])
@@ -68,7 +81,8 @@ def main(argv=None) -> int:
                       help="a local shape_poly_test.py (default: fetched "
                            f"from the jax {suite.SDIST_VERSION} sdist)")
   parser.add_argument("--only", default="",
-                      help="harnesses whose name contains this")
+                      help="harnesses whose name contains this (or one "
+                           "of these, comma-separated)")
   parser.add_argument("--limit", type=int, default=0)
   parser.add_argument("--vmap-per-group", type=int, default=0, metavar="N",
                       help="of the vmap_* harnesses (JAX's primitive "
@@ -79,25 +93,29 @@ def main(argv=None) -> int:
                       help="only the harnesses whose name's CRC-32 is 0 "
                            "modulo K (deterministic; default: all)")
   parser.add_argument("--skip-saved-model", action="store_true")
-  parser.add_argument("--skip-done", default=None, metavar="JSONL",
-                      help="leave out the harnesses this JSON lines file "
-                           "(an earlier --out) holds: resume a run, or "
+  parser.add_argument("--skip-done", default=None, metavar="JSONL[,...]",
+                      help="leave out the harnesses these JSON lines files "
+                           "(earlier --outs) hold: resume a run, or "
                            "run the rest of the list after a sample")
+  parser.add_argument("--reverse", action="store_true",
+                      help="run the list from its end: a second process "
+                           "beside a first one, the two meeting halfway")
   parser.add_argument("--out", default=None, help="JSON lines, per harness")
-  parser.add_argument("--summary", default=None,
-                      help="only summarize this JSON lines file")
+  parser.add_argument("--summary", default=None, metavar="JSONL[,...]",
+                      help="only summarize these JSON lines files (a "
+                           "harness in several: the last file's record)")
   args = parser.parse_args(argv)
   if args.summary:
-    with open(args.summary) as f:
-      records = [json.loads(line) for line in f]
+    records = list(_read(args.summary).values())
     print(summarize(records))
     print("\n".join(failures(records)))
     return 0
   tf = None
   if not args.skip_saved_model:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  only = args.only.split(",")
   harnesses = [h for h in suite.harnesses(args.source)
-               if args.only in h.fullname]
+               if any(o in h.fullname for o in only)]
   harnesses.sort(key=lambda h: h.fullname)
   harnesses = [h for h in harnesses
                if zlib.crc32(h.fullname.encode()) % args.sample == 0]
@@ -112,9 +130,10 @@ def main(argv=None) -> int:
       kept.append(h)
     harnesses = kept
   if args.skip_done:
-    with open(args.skip_done) as f:
-      done = {json.loads(line)["name"] for line in f if line.strip()}
+    done = _read(args.skip_done)
     harnesses = [h for h in harnesses if h.fullname not in done]
+  if args.reverse:
+    harnesses.reverse()
   if args.limit:
     harnesses = harnesses[:args.limit]
   out = open(args.out, "w") if args.out else None
