@@ -300,3 +300,50 @@ def test_root_linear_map_with_a_wrong_field():
                      match=r"'jax.lax.RootLinearMap': transposed must be a "
                            r"bool"):
     jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
+def _leaf_zeros(avals):
+  return [jnp.zeros(a.shape, a.dtype)
+          for a in jax.tree_util.tree_leaves(avals)]
+
+
+@needs_hi_root
+def test_solve_outputs_that_are_no_arrays_are_format_errors():
+  # dumps stores only arrays' avals as CustomRoot's outputs. A file whose
+  # solve_jaxpr, f_jaxpr and tangent_solve_jaxpr all agree on a token root
+  # (jaxprs of jit calls of the same file, with the class's input avals),
+  # as does the equation's output, is refused as the writer refuses it.
+  closed = jax.make_jaxpr(sqrt_root)(POSITIVE)
+  (prim,) = [e.params["_prim"] for e in closed.jaxpr.eqns
+             if e.primitive.name == "call_hi_primitive"]
+  ins = prim.in_avals
+
+  def program(x):
+    token = lax.create_token()
+    solve = jax.jit(lambda *a: lax.create_token())(*_leaf_zeros(ins[:2]))
+    f = jax.jit(lambda *a: a[-1])(*_leaf_zeros(ins[2]), token)
+    tangent = jax.jit(lambda *a: a[-1])(*_leaf_zeros(ins[3]), token, token)
+    return sqrt_root(x), solve, f, tangent
+
+  data = jaxpr_io.dumps(jaxpr_io.trace(program, POSITIVE))
+  msg = proto_edit.message(data)
+  calls = [e for e in proto_edit.all_equations(msg)
+           if msg.strings[e.primitive] in ("jit", "pjit")]
+  record = _record(msg, "jax.lax.CustomRoot")
+  names = list(msg.strings)
+  (token,) = [e.outvars[0] for e in proto_edit.all_equations(msg)
+              if names[e.primitive] == "create_token"][:1]
+  for eqn in proto_edit.by_primitive(msg, "call_hi_primitive"):
+    if record in [p.value.record for p in
+                  msg.param_sets[eqn.param_set].params]:
+      eqn.outvars[0] = token
+  for field, call in zip((_SOLVE, _F, _F + 1), calls):
+    (param,) = [p for p in msg.param_sets[call.param_set].params
+                if names[p.name] == "jaxpr"]
+    record.fields[field].jaxpr = msg.closed_jaxprs[
+        param.value.closed_jaxpr].jaxpr
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"'jax.lax.CustomRoot': solve_jaxpr's outputs "
+                           r"must be a tuple of arrays' avals, got "
+                           r"\(AbstractToken\(\),\)"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))
