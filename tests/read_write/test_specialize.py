@@ -167,6 +167,7 @@ def test_cli_dims(tmp_path, capsys):
                                     "'b >= c'"),
                         ("n=1", "'n' is not a symbolic dimension"),
                         ("b", "bad --dims item 'b'"),
+                        ("b=\u00b2", "bad --dims item 'b=\u00b2'"),
                         ("b=1,b=2", "fixes b twice")):
     status, _, err = _cli(capsys, tmp_path / "p.jaxpr", "--dims", dims)
     errors = [l for l in err.splitlines()
