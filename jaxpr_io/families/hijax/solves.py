@@ -26,7 +26,8 @@ derivation against the object it writes (the solve jaxpr, the callables'
 output trees) and that the rebuilt object has the original's avals,
 effects and params, and refuses the object otherwise. Loading checks every
 stored value's type, and that each jaxpr takes and returns the avals its
-class calls it with.
+class calls it with; `check=True` type-checks the jaxprs as it does the
+program's sub-jaxprs (the callables apply them: `hi_solves.applied_jaxpr`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from jaxpr_io.compat import hi_solves
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.compat import specialize
 from jaxpr_io.errors import FormatError, UnsupportedError
-from jaxpr_io.safety import shape_rules, typecheck
+from jaxpr_io.safety import shape_rules
 
 CUSTOM_ROOT = "jax.lax.CustomRoot"
 ROOT_LINEAR_MAP = "jax.lax.RootLinearMap"
@@ -218,15 +219,10 @@ def _check_jaxpr(name, field, jaxpr, in_avals, out_avals, error):
         f"{got_out}, but the class calls it on {want_in} for "
         f"{want_out}"[:1000])
   if error is FormatError:
-    # A file's jaxpr: `check=True` walks the program's params, not the
-    # callables of these objects, so their jaxprs are type-checked here.
-    try:
-      compat.check_jaxpr(jaxpr)
-    except Exception as e:  # pylint: disable=broad-except
-      # JaxprTypeError, or a shape rule's error on a body no tracer built.
-      raise FormatError(f"hi primitive {name!r}: {field} does not "
-                        f"type-check: {type(e).__name__}: {e}"[:1000]) from None
-    typecheck.check_sub_jaxprs(jaxpr)
+    # A file's jaxpr: the shape rules JAX's checker skips, once per
+    # distinct sub-jaxpr. JAX's type checker, which walks a shared sub-jaxpr
+    # at every use, runs on these jaxprs with `check=True`, within its
+    # inlined-size limit (safety/typecheck.py, `check_sub_jaxprs`).
     shape_rules.check_shapes(jaxpr)
 
 
