@@ -334,6 +334,24 @@ def register_program_scope(scope: Callable[[], Any]) -> None:
   _PROGRAM_SCOPES.append(scope)
 
 
+# Functions of the writing thread's state that the writer's caches of
+# jaxprs and param sets are keyed on besides the objects (families register
+# them): state under which a family's codecs encode the same object
+# otherwise, so that an object met under two such states is written twice.
+_ENCODING_CONTEXTS: list[Callable[[], Any]] = []
+
+
+def register_encoding_context(context: Callable[[], Any]) -> None:
+  """Keys the writer's jaxpr and param-set caches on `context()` (a
+  hashable) too."""
+  _ENCODING_CONTEXTS.append(context)
+
+
+def encoding_context() -> tuple:
+  """The values of the registered encoding contexts, now."""
+  return tuple([context() for context in _ENCODING_CONTEXTS])
+
+
 @contextlib.contextmanager
 def writing_program(closed, in_tree):
   """The context in which the writer writes the program `closed` (with

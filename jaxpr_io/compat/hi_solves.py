@@ -68,7 +68,13 @@ def jaxpr_fun(jaxpr, out_tree, qualname: str) -> Callable:
                                 call_jaxpr=jaxpr)
     return jax.tree_util.tree_unflatten(out_tree, out_flat)
   fun.__qualname__, fun.__name__ = qualname, qualname.rsplit(".", 1)[-1]
+  fun._jaxpr_io_jaxpr = jaxpr  # pylint: disable=protected-access
   return fun
+
+
+def applied_jaxpr(fn):
+  """The jaxpr that `fn` applies, if `jaxpr_fun` built it; else None."""
+  return getattr(fn, "_jaxpr_io_jaxpr", None)
 
 
 def effects(jaxpr) -> frozenset:

@@ -178,7 +178,11 @@ def _kinds(p: inspect.Parameter) -> tuple[str, ...] | None:
   if text is p.empty:
     return None
   if not isinstance(text, str):
-    text = getattr(text, "__name__", None) or repr(text)
+    # As a module without `from __future__ import annotations` holds it: a
+    # class by its name, else as written (typing's `Optional[int]` has the
+    # __name__ 'Optional', which would read as None alone).
+    text = (text.__name__ if type(text) is type
+            else repr(text).replace("typing.", ""))
   words = re.findall(r"[A-Za-z_][A-Za-z_.]*", text.replace("Optional", ""))
   kinds: list[str] = []
   for word in words:

@@ -284,10 +284,15 @@ def _constraints_left(scope, sizes: dict[str, int]) -> list[str]:
   kept = []
   for text, e1, op, e2 in symbolic.explicit_constraints(scope):
     v1, v2 = side(e1), side(e2)
-    if symbolic.is_symbolic(v1) or symbolic.is_symbolic(v2):
+    if not (symbolic.is_symbolic(v1) or symbolic.is_symbolic(v2)):
+      if (v1 != v2) if op == "==" else (v1 < v2):
+        raise ValueError(
+            f"{_sizes_text(sizes)} violates the program's constraint "
+            f"{text!r} ({v1} {op} {v2} is false)")
+    elif op == "==" and not symbolic.is_equality_lhs(v1):
+      # `max(a, b) == c` at a=2, b=3 is `3 == c`, whose left side JAX's
+      # equality constraints do not take: the same constraint, as two.
+      kept += [f"{v1} >= {v2}", f"{v2} >= {v1}"]
+    else:
       kept.append(f"{v1} {op} {v2}")
-    elif (v1 != v2) if op == "==" else (v1 < v2):
-      raise ValueError(
-          f"{_sizes_text(sizes)} violates the program's constraint "
-          f"{text!r} ({v1} {op} {v2} is false)")
   return kept

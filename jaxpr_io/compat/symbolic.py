@@ -96,8 +96,10 @@ def dim_vars(avals) -> set[str]:
   return names
 
 
-def vars_of(dim) -> set[str]:
-  return dim._get_vars() if is_symbolic(dim) else set()  # pylint: disable=protected-access
+def is_equality_lhs(dim) -> bool:
+  """Whether JAX takes `dim` as the left side of an equality constraint:
+  a term times a coefficient (`2*b`, `max(2, b)`; not `3`, not `b + 2`)."""
+  return is_symbolic(dim) and len(dim._sorted_terms) == 1  # pylint: disable=protected-access
 
 
 def explicit_constraints(scope) -> list[tuple[str, Any, str, Any]]:

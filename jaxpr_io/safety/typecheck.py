@@ -13,12 +13,14 @@ compiles as stored, and fails when `grad` or `vmap` re-traces the body
 checked once, so the cost is at most what check_jaxpr walks already. The
 stored jaxprs of custom rules (a `custom_jvp` function's JVP rule, a
 `custom_vjp` function's forward and backward rules) are checked too: JAX
-checks them only when `jvp` or `grad` calls the rule.
+checks them only when `jvp` or `grad` calls the rule. So are the jaxprs of
+a hi primitive object (`lax.custom_root`'s), which only its rules apply.
 """
 
 from __future__ import annotations
 
 from jaxpr_io import compat
+from jaxpr_io.compat import hi_solves
 from jaxpr_io.errors import FormatError
 
 
@@ -96,6 +98,14 @@ def _sub_jaxprs(value, checked: bool):
     rule = compat.wrapped_function(value)
     rule = getattr(rule, "definition", lambda: rule)()   # a ref's target
     for body in getattr(rule, "bodies", None) or ():
+      if compat.is_jaxpr(body):
+        yield body, False
+  elif isinstance(value, compat.ADAPTER.hi_prim_bases):
+    # A hi primitive's jaxprs (custom_root's, rebuilt from the file:
+    # families/hijax/solves.py), in its params and applied by its
+    # callables, which JAX calls only in the object's rules.
+    for param in (getattr(value, "params", None) or {}).values():
+      body = hi_solves.applied_jaxpr(param) if callable(param) else param
       if compat.is_jaxpr(body):
         yield body, False
 

@@ -266,7 +266,9 @@ def parse_dims(text: str) -> dict[str, int]:
   for item in text.split(","):
     name, sep, size = item.strip().partition("=")
     name, size = name.strip(), size.strip()
-    if not sep or not name.isidentifier() or not size.isdigit():
+    # ASCII digits: str.isdigit also takes '²', which int() refuses.
+    if (not sep or not name.isidentifier() or not size.isascii()
+        or not size.isdigit()):
       raise CliError(f"bad --dims item {item!r}: expected NAME=SIZE, e.g. "
                      "--dims b=1,c=2")
     if name in dims:

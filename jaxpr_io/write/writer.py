@@ -74,8 +74,9 @@ class Writer:
     self._blobs: dict[tuple[int, int], list[int]] = {}  # (size, sample)
     self._blob_data: list[np.ndarray] = []
     self._blob_at: dict[tuple[int, int], int] = {}  # (address, size)
-    self._jaxprs: dict[int, int] = {}   # id(jaxpr) -> index
-    self._closed: dict[int, int] = {}   # id(closed jaxpr) -> index
+    # (id(jaxpr), registry.encoding_context()) -> index; closed alike.
+    self._jaxprs: dict[tuple, int] = {}
+    self._closed: dict[tuple, int] = {}
     self._depth = 0                     # jaxprs being encoded, nested
     self._contexts: dict[int, int] = {}
     self._name_stacks: dict[tuple, int] = {}  # entries -> stack index
@@ -170,7 +171,8 @@ class Writer:
     the equation's input types, for primitives whose param codecs need them
     (`registry.register_eqn_param_codec(needs_in_avals=True)`); they are
     part of the key, and `equation_in_avals()` gives them to the codecs."""
-    key = (name, tuple([(k, _value_key(v)) for k, v in values.items()]))
+    key = (name, tuple([(k, _value_key(v)) for k, v in values.items()]),
+           registry.encoding_context())
     if in_avals is not None:
       key = (key, tuple([_value_key(a) for a in in_avals]))
     index = self._param_sets.get(key)
@@ -387,7 +389,8 @@ class Writer:
 
   # ------------------------------------------------------------ jaxprs
   def closed_jaxpr(self, closed) -> int:
-    index = self._closed.get(id(closed))
+    key = (id(closed), registry.encoding_context())
+    index = self._closed.get(key)
     if index is None:
       jaxpr_index = self.jaxpr(closed.jaxpr)
       message = pb.ClosedJaxpr(jaxpr=jaxpr_index)
@@ -398,12 +401,13 @@ class Writer:
         except UnsupportedError as e:
           raise UnsupportedError(f"constant {i}: {e}") from None
       self._keepalive.append(closed)
-      index = self._closed[id(closed)] = len(self.msg.closed_jaxprs)
+      index = self._closed[key] = len(self.msg.closed_jaxprs)
       self.msg.closed_jaxprs.append(message)
     return index
 
   def jaxpr(self, jaxpr) -> int:
-    index = self._jaxprs.get(id(jaxpr))
+    key = (id(jaxpr), registry.encoding_context())
+    index = self._jaxprs.get(key)
     if index is None:
       if self._depth >= MAX_JAXPR_DEPTH:
         raise UnsupportedError(
@@ -414,7 +418,7 @@ class Writer:
       finally:
         self._depth -= 1
       self._keepalive.append(jaxpr)
-      index = self._jaxprs[id(jaxpr)] = len(self.msg.jaxprs)
+      index = self._jaxprs[key] = len(self.msg.jaxprs)
       self.msg.jaxprs.append(message)
     return index
 

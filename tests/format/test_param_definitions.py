@@ -82,3 +82,23 @@ def test_conj_and_cbrt_params_are_in_the_schema():
   assert "accuracy" in table["cbrt"].params
   assert "accuracy" not in table["cbrt"].required
   assert "type" in table["ragged_dot_general"].params["preferred_element_type"]
+
+
+def test_annotation_objects_give_the_kinds_of_their_text():
+  # A rule module without `from __future__ import annotations` holds
+  # annotation objects: their kinds are those of the same annotation as
+  # text.
+  import inspect  # pylint: disable=import-outside-toplevel
+  import typing  # pylint: disable=import-outside-toplevel
+
+  def kinds(annotation):
+    return param_definitions._kinds(inspect.Parameter(  # pylint: disable=protected-access
+        "p", inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+
+  for obj, text in ((typing.Optional[int], "Optional[int]"),
+                    (typing.Optional[bool], "bool | None"),
+                    (int | None, "int | None"), (bool, "bool"),
+                    (tuple[int, ...], "tuple[int, ...]"),
+                    (typing.Union[int, str], "Union[int, str]")):
+    assert kinds(obj) == kinds(text), (obj, text)
+  assert kinds("Optional[int]") == ("int+", "none")

@@ -167,6 +167,7 @@ def test_cli_dims(tmp_path, capsys):
                                     "'b >= c'"),
                         ("n=1", "'n' is not a symbolic dimension"),
                         ("b", "bad --dims item 'b'"),
+                        ("b=\u00b2", "bad --dims item 'b=\u00b2'"),
                         ("b=1,b=2", "fixes b twice")):
     status, _, err = _cli(capsys, tmp_path / "p.jaxpr", "--dims", dims)
     errors = [l for l in err.splitlines()
@@ -223,3 +224,22 @@ def test_cli_dims_to_tflite_of_a_symbolic_batch_vit(tmp_path, capsys):
   assert "verified in the LiteRT interpreter" in out
   (got,) = converters.run_tflite(tmp_path / "vit.tflite", [x])
   np.testing.assert_allclose(got, jax.jit(vit)(x), rtol=1e-4, atol=1e-4)
+
+
+def test_an_equality_whose_left_side_becomes_a_size_is_carried_over():
+  # max(a, b) == c at a=2, b=3 is 3 == c, whose left side JAX's equality
+  # constraints do not take: c stays symbolic, held to 3.
+  a, b, c = jax.export.symbolic_shape("a, b, c",
+                                      constraints=("max(a, b) == c",))
+  fn = lambda x, y, z: x.sum() + y.sum() * z.sum()  # noqa: E731
+  prog = jaxpr_io.trace(fn, *(jax.ShapeDtypeStruct((d,), np.float32)
+                              for d in (a, b, c)))
+  fixed = prog.specialize(a=2, b=3)
+  assert str(fixed.in_avals[2].shape[0]) == "c"
+  loaded = jaxpr_io.loads(jaxpr_io.dumps(fixed), check=True)
+  args = [np.arange(n, dtype=np.float32) + 1 for n in (2, 3, 3)]
+  _same(loaded(*args), jax.jit(fn)(*args))
+  _same(loaded(*args), prog(*args))
+  for n in (2, 4):
+    with pytest.raises(ValueError, match="constraint"):
+      loaded(*[np.ones(k, np.float32) for k in (2, 3, n)])

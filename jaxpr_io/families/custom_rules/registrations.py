@@ -148,7 +148,7 @@ from jaxpr_io.families.custom_rules import jvp as custom_jvp
 from jaxpr_io.families.custom_rules import vjp as custom_vjp
 from jaxpr_io.codec import registry
 from jaxpr_io.families.custom_rules.common import JVP_PRIMITIVE, VJP_PRIMITIVE
-from jaxpr_io.families.custom_rules.common import writing_scope
+from jaxpr_io.families.custom_rules.common import beyond_order, writing_scope
 
 
 registry.register_eqn_param_codec(JVP_PRIMITIVE, "jvp_jaxpr_fun",
@@ -164,3 +164,7 @@ registry.register_eqn_param_codec(VJP_PRIMITIVE, "out_trees",
                                   encode=custom_vjp.encode_out_trees,
                                   decode=custom_vjp.decode_out_trees)
 registry.register_program_scope(writing_scope)
+# Whether rules met now are stored beyond the derivative order: a jaxpr
+# shared by a rule nested that deep and a shallower place is written for
+# each (common.py, `beyond_order`).
+registry.register_encoding_context(beyond_order)

@@ -2,8 +2,10 @@
 
 From JAX 0.12, jax.numpy functions bind `call_hi_primitive` (searchsorted,
 and so interp, digitize and histogram; nonzero and argwhere with a `size`;
-ldexp; frexp). Its only param, `_prim`, is an instance of a JAX-defined
-class (jax._src.numpy.hijax.SearchSorted, ...) whose methods are the
+ldexp; frexp); `lax.custom_root` binds it from 0.11, and other classes
+are bound under experimental settings (jax_classes.py lists them all).
+Its only param, `_prim`, is an instance of a JAX-defined class
+(jax._src.numpy.hijax.SearchSorted, ...) whose methods are the
 primitive's rules: `expand` (lowering), `jvp`, `batch`, `vjp_*`.
 
 Such an object is stored as a record (`params.encode_record`) under the
@@ -12,11 +14,14 @@ class's stable name from the running release's table
 
     (in_avals, *constructor keyword arguments, in the order of `_FIELDS`)
 
-where `in_avals` is the tuple of the object's input avals. Loading looks
-the name up in that table only (never a module or class named in a file),
-checks each stored value's type and allowed values, and calls the class
-with them: the rules are JAX's own code, so a loaded program's jit, grad,
-vmap and jvp behave as the original's. A class outside the table (the
+where `in_avals` is the tuple of the object's input avals (the classes of
+`_NAME_FIRST` take their one field before them; their records, too, start
+with `in_avals`). `lax.custom_root`'s classes, whose constructors take
+callables, have records of their own (jaxpr_io/families/hijax/solves.py).
+Loading looks the name up in that table only (never a module or class
+named in a file), checks each stored value's type and allowed values, and
+calls the class with them: the rules are JAX's own code, so a loaded
+program's jit, grad, vmap and jvp behave as the original's. A class outside the table (the
 user's, from jax.experimental.hijax) holds the user's Python code and is
 refused at `dumps` (`refusal`) unless both the writing and the loading
 process register it (`register_hi_primitive`), as with `register_primitive`.

@@ -26,7 +26,8 @@ derivation against the object it writes (the solve jaxpr, the callables'
 output trees) and that the rebuilt object has the original's avals,
 effects and params, and refuses the object otherwise. Loading checks every
 stored value's type, and that each jaxpr takes and returns the avals its
-class calls it with.
+class calls it with; `check=True` type-checks the jaxprs as it does the
+program's sub-jaxprs (the callables apply them: `hi_solves.applied_jaxpr`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from jaxpr_io.compat import hi_solves
 from jaxpr_io.compat import pytrees as compat_pytrees
 from jaxpr_io.compat import specialize
 from jaxpr_io.errors import FormatError, UnsupportedError
-from jaxpr_io.safety import shape_rules, typecheck
+from jaxpr_io.safety import shape_rules
 
 CUSTOM_ROOT = "jax.lax.CustomRoot"
 ROOT_LINEAR_MAP = "jax.lax.RootLinearMap"
@@ -176,13 +177,15 @@ def _check_type(name, field, value, ok: bool, expected: str, error):
                 f"{value!r:.100}")
 
 
-def _avals_tree(name, prefix, flat, tree, error):
-  """The stored avals `flat` unflattened by the stored treedef `tree`
-  (fields `<prefix>_avals` and `<prefix>_tree`), each checked."""
-  _check_type(name, f"{prefix}_avals", flat, type(flat) is tuple and all(
+def _avals_tree(name, fields, flat, tree, error):
+  """The avals `flat` unflattened by the stored treedef `tree` (`fields`:
+  what the message calls them), each checked: arrays' avals only, as
+  `dumps` stores (`_flat_avals`)."""
+  flat_field, tree_field = fields
+  _check_type(name, flat_field, flat, type(flat) is tuple and all(
       type(a) is compat.ShapedArray for a in flat),
       "a tuple of arrays' avals", error)
-  _check_type(name, f"{prefix}_tree", tree,
+  _check_type(name, tree_field, tree,
               type(tree) is compat_pytrees.PyTreeDef
               and tree.num_leaves == len(flat),
               f"a treedef of {len(flat)} leaves", error)
@@ -191,7 +194,8 @@ def _avals_tree(name, prefix, flat, tree, error):
 
 def _unflatten(name, in_flat, in_tree, n_items, error):
   """The stored avals `in_flat` as a tuple of `n_items` pytrees."""
-  avals = _avals_tree(name, "in", in_flat, in_tree, error)
+  avals = _avals_tree(name, ("in_avals", "in_tree"), in_flat, in_tree,
+                      error)
   _check_type(name, "in_tree", in_tree,
               type(avals) is tuple and len(avals) == n_items,
               f"the treedef of a tuple of {n_items}", error)
@@ -215,15 +219,10 @@ def _check_jaxpr(name, field, jaxpr, in_avals, out_avals, error):
         f"{got_out}, but the class calls it on {want_in} for "
         f"{want_out}"[:1000])
   if error is FormatError:
-    # A file's jaxpr: `check=True` walks the program's params, not the
-    # callables of these objects, so their jaxprs are type-checked here.
-    try:
-      compat.check_jaxpr(jaxpr)
-    except Exception as e:  # pylint: disable=broad-except
-      # JaxprTypeError, or a shape rule's error on a body no tracer built.
-      raise FormatError(f"hi primitive {name!r}: {field} does not "
-                        f"type-check: {type(e).__name__}: {e}"[:1000]) from None
-    typecheck.check_sub_jaxprs(jaxpr)
+    # A file's jaxpr: the shape rules JAX's checker skips, once per
+    # distinct sub-jaxpr. JAX's type checker, which walks a shared sub-jaxpr
+    # at every use, runs on these jaxprs with `check=True`, within its
+    # inlined-size limit (safety/typecheck.py, `check_sub_jaxprs`).
     shape_rules.check_shapes(jaxpr)
 
 
@@ -257,12 +256,9 @@ def _decode_custom_root(stored, error=FormatError):
               error)
   _check_type(name, "solve_jaxpr", solve, type(solve) is compat.Jaxpr,
               "a jaxpr", error)
-  _check_type(name, "out_tree", out_tree,
-              type(out_tree) is compat_pytrees.PyTreeDef
-              and out_tree.num_leaves == len(solve.outvars),
-              "the treedef of solve_jaxpr's outputs", error)
-  out_aval = jax.tree_util.tree_unflatten(
-      out_tree, [v.aval for v in solve.outvars])
+  out_aval = _avals_tree(name, ("solve_jaxpr's outputs", "out_tree"),
+                         tuple(v.aval for v in solve.outvars), out_tree,
+                         error)
   _check_type(name, "out_tree", out_tree, not has_aux or (
       type(out_aval) is tuple and len(out_aval) == 2),
       "the treedef of a pair (root, aux) with has_aux", error)
@@ -290,7 +286,8 @@ def _decode_root_linear_map(stored, error=FormatError):
   _check_type(name, "names", names, _are_names(names, 1),
               "1 function's name", error)
   in_avals = _unflatten(name, in_flat, in_tree, 3, error)
-  out_aval = _avals_tree(name, "out", out_flat, out_tree, error)
+  out_aval = _avals_tree(name, ("out_avals", "out_tree"), out_flat,
+                         out_tree, error)
   _check_type(name, "transposed", transposed, type(transposed) is bool,
               "a bool", error)
   f_out = in_avals[2] if transposed else out_aval

@@ -240,3 +240,51 @@ def test_e3nn_spherical_harmonics():
       lambda v: jnp.sum(jax.grad(f, 1)(w, v) ** 2))
   assert_bit_identical(jax.jit(grad_of_grad(loaded))(v),
                        jax.jit(grad_of_grad(layer))(v))
+
+
+# A jit function with a custom_vjp inside, called at the top of a program
+# and, the same jaxpr (JAX's tracing cache), inside a custom_jvp's rule.
+@jax.custom_vjp
+def _vjp_sin(x):
+  return jnp.sin(x)
+
+
+_vjp_sin.defvjp(lambda x: (jnp.sin(x), x),
+                lambda x, g: (jnp.cos(x) * g,))
+_shared = jax.jit(lambda x: _vjp_sin(x) * 2)
+
+
+@jax.custom_jvp
+def _calls_shared(x):
+  return x * 3
+
+
+@_calls_shared.defjvp
+def _calls_shared_rule(primals, tangents):
+  (x,), (t,) = primals, tangents
+  return _calls_shared(x), _shared(x) * t
+
+
+def test_a_jaxpr_shared_with_a_rule_beyond_the_order_keeps_its_rules():
+  # Saved to order 1, the rule's copy of the shared jaxpr (nested one
+  # deep) stores the custom_vjp's rules as raising; the program's own call
+  # of it must keep them: its first derivative is the original's.
+  fn = lambda x: _calls_shared(x) + _shared(x)  # noqa: E731
+  prog = jaxpr_io.trace(fn, F32(0.7))
+  (call,) = [e for e in prog.closed_jaxpr.jaxpr.eqns
+             if e.primitive.name in ("jit", "pjit")]
+  assert any(e.params.get("jaxpr") is call.params["jaxpr"]
+             for e in _rule_jaxpr(prog).eqns), "the jaxpr is not shared"
+  data = jaxpr_io.dumps(prog, max_derivative_order=1)
+  loaded = jaxpr_io.loads(data, check=True)
+  assert jaxpr_io.dumps(loaded) == data
+  assert_bit_identical(jax.jit(jax.grad(loaded))(F32(0.7)),
+                       jax.jit(jax.grad(fn))(F32(0.7)))
+
+
+def _rule_jaxpr(prog):
+  """The JVP rule's jaxpr of the program's custom_jvp equation."""
+  (eqn,) = [e for e in prog.closed_jaxpr.jaxpr.eqns
+            if e.primitive.name == "custom_jvp_call"]
+  jaxpr, _, _ = eqn.params["jvp_jaxpr_fun"].call_wrapped(False)
+  return jaxpr

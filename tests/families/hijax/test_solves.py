@@ -14,6 +14,8 @@ wrong-typed or mismatched field fail with FormatError naming it.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +24,8 @@ from jax import lax
 
 import jaxpr_io
 from jaxpr_io import compat
+from jaxpr_io.api import program as program_api
+from tests.hostile import test_expansion as expansion
 from tests.support import proto_edit
 from tests.support.roundtrip import (assert_bit_identical, assert_roundtrip,
                                      ones_like, scalar)
@@ -300,3 +304,119 @@ def test_root_linear_map_with_a_wrong_field():
                      match=r"'jax.lax.RootLinearMap': transposed must be a "
                            r"bool"):
     jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
+def _leaf_zeros(avals):
+  return [jnp.zeros(a.shape, a.dtype)
+          for a in jax.tree_util.tree_leaves(avals)]
+
+
+@needs_hi_root
+def test_solve_outputs_that_are_no_arrays_are_format_errors():
+  # dumps stores only arrays' avals as CustomRoot's outputs. A file whose
+  # solve_jaxpr, f_jaxpr and tangent_solve_jaxpr all agree on a token root
+  # (jaxprs of jit calls of the same file, with the class's input avals),
+  # as does the equation's output, is refused as the writer refuses it.
+  closed = jax.make_jaxpr(sqrt_root)(POSITIVE)
+  (prim,) = [e.params["_prim"] for e in closed.jaxpr.eqns
+             if e.primitive.name == "call_hi_primitive"]
+  ins = prim.in_avals
+
+  def program(x):
+    token = lax.create_token()
+    solve = jax.jit(lambda *a: lax.create_token())(*_leaf_zeros(ins[:2]))
+    f = jax.jit(lambda *a: a[-1])(*_leaf_zeros(ins[2]), token)
+    tangent = jax.jit(lambda *a: a[-1])(*_leaf_zeros(ins[3]), token, token)
+    return sqrt_root(x), solve, f, tangent
+
+  data = jaxpr_io.dumps(jaxpr_io.trace(program, POSITIVE))
+  msg = proto_edit.message(data)
+  calls = [e for e in proto_edit.all_equations(msg)
+           if msg.strings[e.primitive] in ("jit", "pjit")]
+  record = _record(msg, "jax.lax.CustomRoot")
+  names = list(msg.strings)
+  (token,) = [e.outvars[0] for e in proto_edit.all_equations(msg)
+              if names[e.primitive] == "create_token"][:1]
+  for eqn in proto_edit.by_primitive(msg, "call_hi_primitive"):
+    if record in [p.value.record for p in
+                  msg.param_sets[eqn.param_set].params]:
+      eqn.outvars[0] = token
+  for field, call in zip((_SOLVE, _F, _F + 1), calls):
+    (param,) = [p for p in msg.param_sets[call.param_set].params
+                if names[p.name] == "jaxpr"]
+    record.fields[field].jaxpr = msg.closed_jaxprs[
+        param.value.closed_jaxpr].jaxpr
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"'jax.lax.CustomRoot': solve_jaxpr's outputs "
+                           r"must be a tuple of arrays' avals, got "
+                           r"\(AbstractToken\(\),\)"):
+    jaxpr_io.loads(proto_edit.reframe(msg, data))
+
+
+# ------------------------------------------------------ hostile: expansion
+def _root_call_graph_file(levels: int) -> bytes:
+  """custom_root whose `f` calls `levels` nested jit functions, each calling
+  the one below twice: the CustomRoot record's f_jaxpr inlines to
+  2**levels equations in a few KB (what tests/hostile/test_expansion.py
+  crafts for a program's own jaxprs). Written without the debug read-back,
+  which is a load: the child measures that."""
+  g = lambda y: -y  # noqa: E731
+  for _ in range(levels):
+    g = jax.jit(lambda y, g=g: g(y) + g(y))
+  fn = lambda x: lax.custom_root(  # noqa: E731
+      lambda y: g(y) - x, jnp.ones_like(x), _newton,
+      lambda h, y: y / h(jnp.ones_like(y)))
+  saved, program_api.READ_BACK = program_api.READ_BACK, False
+  try:
+    return jaxpr_io.dumps(jaxpr_io.trace(fn, POSITIVE))
+  finally:
+    program_api.READ_BACK = saved
+
+
+_LOAD_PLAIN = """
+    def ACT():
+      prog = jaxpr_io.load(ARGS[0])
+      print("EQNS:", len(prog.closed_jaxpr.jaxpr.eqns))
+"""
+
+
+@needs_hi_root
+def test_a_record_jaxpr_that_expands_costs_its_size(tmp_path):
+  # The record's jaxprs are type-checked where the program's are, by
+  # check=True within its inlined-size limit; a plain load builds them
+  # shared, within the budget and the child's time.
+  data = _root_call_graph_file(expansion.CALL_LEVELS)
+  assert len(data) < 16000, len(data)
+  path = expansion._write(tmp_path, data)  # pylint: disable=protected-access
+  child = expansion._run(_LOAD_PLAIN, path)  # pylint: disable=protected-access
+  assert child.lines("EQNS:"), str(child)
+  child = expansion._run(expansion._LOAD, path, "check")  # pylint: disable=protected-access
+  message = expansion._format_error(child)  # pylint: disable=protected-access
+  assert re.search(r"expands to [\d,]+ equations, inputs and outputs .* "
+                   r"over the [\d,]+ that check=True walks", message), message
+
+
+@needs_hi_root
+def test_a_record_jaxpr_that_does_not_type_check_is_refused_by_check():
+  # f_jaxpr (y * y - x) with its `mul` typed float32[4] where it computes a
+  # float32[3]: its signature is the class's, so it loads; check=True
+  # type-checks it as it does the program's sub-jaxprs.
+  data = jaxpr_io.dumps(jaxpr_io.trace(sqrt_root, POSITIVE))
+  msg = proto_edit.message(data)
+  names = list(msg.strings)
+  f = msg.closed_jaxprs[
+      _record(msg, "jax.lax.CustomRoot").fields[_F].closed_jaxpr].jaxpr
+  (mul,) = [e for e in proto_edit.equations(msg, f)
+            if names[e.primitive] == "mul"]
+  wrong = msg.avals.add()
+  wrong.CopyFrom(msg.avals[mul.outvars[0]])
+  assert list(wrong.shaped_array.sizes) == [3]
+  wrong.shaped_array.sizes[:] = [4]
+  mul.outvars[0] = len(msg.avals) - 1
+  bad = proto_edit.reframe(msg, data)
+  jaxpr_io.loads(bad)
+  with pytest.raises(jaxpr_io.FormatError,
+                     match=r"param '_prim' of equation \d+ "
+                           r"\(call_hi_primitive\) of .*the program does "
+                           r"not type-check: JaxprTypeError: .*f32\[4\]"):
+    jaxpr_io.loads(bad, check=True)
