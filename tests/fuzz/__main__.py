@@ -41,16 +41,23 @@ def main(argv=None) -> int:
   parser.add_argument("--write-case", type=int, default=None, metavar="I",
                       help="only write case I of this seed to OUT and "
                            "print its edits (no run)")
+  parser.add_argument("--mutations", default=None,
+                      help="comma-separated structural mutations that every "
+                           "case starts with (default: 30%% of the cases "
+                           "start with any); e.g. rule-retype,rule-key,"
+                           "dim-blowup")
   parser.add_argument("--quiet", action="store_true")
   args = parser.parse_args(argv)
   only = args.seeds.split(",") if args.seeds else None
+  mutations = tuple(args.mutations.split(",")) if args.mutations else None
 
   if args.write_case is not None:
     import os  # pylint: disable=import-outside-toplevel
     from tests.fuzz import mutate, seeds  # pylint: disable=import-outside-toplevel
     files, _ = seeds.build(only, cache_dir=args.seed_cache)
     name, data, edits, _ = mutate.CaseFactory(
-        files, args.seed, args.max_edits).make(args.write_case)
+        files, args.seed, args.max_edits,
+        mutations=mutations).make(args.write_case)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"case-{args.write_case}.jaxpr")
     with open(path, "wb") as f:
@@ -70,7 +77,8 @@ def main(argv=None) -> int:
       workers=args.workers, out=args.out,
       timeout=args.timeout, mem_gib=args.mem_gib, keep=args.keep,
       recycle=args.recycle, seed_cache=args.seed_cache, only_seeds=only,
-      max_edits=args.max_edits, progress=not args.quiet, command=command)
+      max_edits=args.max_edits, progress=not args.quiet, command=command,
+      mutations=mutations)
   if args.quiet:
     print(runner.format_summary(summary))
   return 1 if summary["failure_count"] else 0

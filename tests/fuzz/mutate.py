@@ -644,7 +644,16 @@ class CaseFactory:
   """
 
   def __init__(self, files: dict, seed: int, max_edits: int = 3,
-               structural_share: float = STRUCTURAL_SHARE):
+               structural_share: float = STRUCTURAL_SHARE,
+               mutations: tuple[str, ...] | None = None):
+    # `mutations` (names of structural.MUTATIONS): every case starts with
+    # one of these, a campaign aimed at them (`--mutations`).
+    if mutations:
+      unknown = sorted(set(mutations) - set(structural.MUTATIONS))
+      if unknown:
+        raise ValueError(f"unknown mutations {unknown}; known: "
+                         f"{sorted(structural.MUTATIONS)}")
+      structural_share = 1.0
     self.files = files
     self.seed = seed
     self.max_edits = max_edits
@@ -656,7 +665,7 @@ class CaseFactory:
     programs = {n: pb.Program.FromString(container.Container(files[n]).program)
                 for n in self.names} if structural_share else {}
     self.admitted = {}
-    for mutation in structural.MUTATIONS:
+    for mutation in mutations or structural.MUTATIONS:
       takers = [n for n in self.names if programs
                 and structural.admits(programs[n], mutation)]
       if takers:

@@ -563,7 +563,8 @@ def run_campaign(*, cases: int, seed: int = 0, first: int = 0,
                  keep: int = 1000, recycle: int = 400,
                  seed_cache: str | None = None, only_seeds=None,
                  max_edits: int = 3, progress: bool = True,
-                 command: str | None = None) -> dict:
+                 command: str | None = None,
+                 mutations: tuple[str, ...] | None = None) -> dict:
   """Runs a campaign; writes OUT/summary.json and returns the summary."""
   import jax  # pylint: disable=import-outside-toplevel
   from tests.fuzz import seeds as seeds_mod  # pylint: disable=import-outside-toplevel
@@ -610,7 +611,8 @@ def run_campaign(*, cases: int, seed: int = 0, first: int = 0,
     say(f"fuzz: {cases} cases over {len(names)} seeds, {workers} workers, "
         f"timeout {timeout:g}s")
 
-    factory = mutate.CaseFactory(files, seed, max_edits)
+    factory = mutate.CaseFactory(files, seed, max_edits,
+                                 mutations=mutations)
     # The transforms each seed cannot do (its primitives have no rule, as
     # the original function's have none): errors there are the program's.
     unsupported = {

@@ -21,6 +21,8 @@ or called (issue 28).
   print-options  `debug_print`'s `np_printoptions` set to extreme values
                  (threshold 2**62, precision 64, floatmode 'fixed', ...),
                  known or not
+  rule-retype, rule-key, dim-blowup
+                 values checked where they are used: tests/fuzz/use_sites.py
 
 `apply(msg, rng)` picks a mutation that the message admits (every file
 admits `param-swap` or `tree-*`), applies it in place, and returns its
@@ -34,6 +36,7 @@ import random
 import numpy as np
 
 from jaxpr_io.format import _proto as pb
+from tests.fuzz import use_sites
 from tests.hostile import intern
 
 _U32 = np.dtype("<u4")
@@ -301,6 +304,8 @@ MUTATIONS = {
     "call-chain": call_chain,
     "param-swap": param_swap,
     "print-options": print_options,
+    # Issue 38: values checked where they are used (tests/fuzz/use_sites.py).
+    **use_sites.MUTATIONS,
 }
 
 

@@ -21,6 +21,14 @@ any error of a transform that the case's unmutated seed cannot do either
 a bare AssertionError inside JAX, as the original function's does;
 tests/fuzz/test_fuzz.py checks that each seed transforms as its original
 function does). Any other error is a failure `post-check-<stage>`.
+
+Each stage also checks the types of what it traced (issue 38): a program
+that passed `check=True` must not make a transform return a value of a
+type it does not declare. `grad` returns one cotangent per primal, of the
+primal's type; `jvp` returns the program's outputs at their declared types
+(`jax.eval_shape` of the program at the same inputs) and tangents of the
+matching tangent types; `vmap` returns the declared outputs with the new
+axis in front. A mismatch raises `UndeclaredType`, a failure.
 """
 
 from __future__ import annotations
@@ -61,6 +69,31 @@ TRANSFORM_OWN = re.compile("|".join([
     # JAX traces itself with such a scalar fails vmap the same way).
     r"memory_space of all inputs passed to `\w+` must be the same",
 ]))
+
+
+class UndeclaredType(AssertionError):
+  """A transform of an accepted program returned a value of a type the
+  program does not declare."""
+
+
+def _types(avals) -> list[tuple]:
+  return [(tuple(a.shape), str(a.dtype)) for a in avals]
+
+
+def _expect(stage: str, got, want) -> None:
+  got, want = _types(got), _types(want)
+  if got != want:
+    raise UndeclaredType(f"{stage} returned {got}, the program declares "
+                         f"{want}")
+
+
+def _tangent(aval):
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  dtype = aval.dtype
+  if not jnp.issubdtype(dtype, jnp.inexact):
+    dtype = jax.dtypes.float0
+  return jax.ShapeDtypeStruct(aval.shape, dtype)
 
 
 def own_limit(exc: BaseException) -> bool:
@@ -128,8 +161,9 @@ def trace_grad(prog, args, kwargs) -> str | None:
 
   def loss(*diff):
     return sum(jnp.sum(jnp.real(o)).astype(jnp.float32) for o in g(*diff))
-  jax.make_jaxpr(jax.grad(loss, argnums=tuple(range(len(primals)))))(
+  traced = jax.make_jaxpr(jax.grad(loss, argnums=tuple(range(len(primals)))))(
       *primals)
+  _expect("grad", traced.out_avals, [jax.typeof(p) for p in primals])
   return None
 
 
@@ -144,7 +178,10 @@ def trace_jvp(prog, args, kwargs) -> str | None:
 
   def pushforward(*p):
     return jax.jvp(g, tuple(p), tuple(jnp.ones_like(x) for x in p))
-  jax.make_jaxpr(pushforward)(*primals)
+  traced = jax.make_jaxpr(pushforward)(*primals)
+  declared = jax.tree_util.tree_leaves(jax.eval_shape(g, *primals))
+  _expect("jvp", traced.out_avals,
+          declared + [_tangent(a) for a in declared])
   return None
 
 
@@ -156,7 +193,10 @@ def trace_vmap(prog, args, kwargs) -> str | None:
   if not leaves:
     return "no-inputs"
   batched = [jnp.stack([x, x]) for x in leaves]
-  jax.make_jaxpr(jax.vmap(f))(*batched)
+  traced = jax.make_jaxpr(jax.vmap(f))(*batched)
+  declared = jax.tree_util.tree_leaves(jax.eval_shape(f, *leaves))
+  _expect("vmap", traced.out_avals,
+          [jax.ShapeDtypeStruct((2, *a.shape), a.dtype) for a in declared])
   return None
 
 
