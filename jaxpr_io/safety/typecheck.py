@@ -64,6 +64,7 @@ _OPERANDS = {
     "checkpoint": _calls("jaxpr"),
     "custom_jvp_call": _calls("call_jaxpr"),
     "custom_vjp_call": _calls("call_jaxpr"),
+    "custom_vmap_call": _calls("call"),
     "while": _while,
 }
 
