@@ -142,6 +142,16 @@ def _lin_program():
   return jax.linearize(f, X4)[1], (X4,)
 
 
+def _recursive_program():
+  """A custom_vjp whose forward rule calls the function itself: the
+  equation inside the rule stores refs to the rules it lies in."""
+  @jax.custom_vjp
+  def f(x):
+    return jnp.sin(x)
+  f.defvjp(lambda x: (f(x), jnp.cos(x)), lambda r, g: (g * r,))
+  return f, (X4,)
+
+
 @functools.cache
 def _file(program) -> bytes:
   fn, args = program()
@@ -236,6 +246,14 @@ def _edit_vmap(msg):
   _retype(msg, _jaxpr_of(msg, unbatched), [5], [4])
 
 
+def _edit_ref(msg):
+  # The equation inside the forward rule (the first in table order) says
+  # its residual forwards input 0; its definition's computes it.
+  inner = h.eqns(msg, "custom_vjp_call")[0]
+  out_trees = h.param(msg, inner, "out_trees").param_codec
+  h.set_value(msg, out_trees.tuple.items[2], (0,))
+
+
 def _edit_lin(msg):
   stored = _stored(msg, "custom_lin", "bwd")
   rule, = _rules(stored, 4)
@@ -275,6 +293,11 @@ CASES = {
                          r" rule '[^']*rule' for batched inputs \(False, False\) "
                          r"takes float32\[4\] as its input 0 \(input 0\), "
                          r"where its use site gives float32\[5\]"),
+    "refs": (_recursive_program, _edit_ref, True,
+             r"equation 0 \(custom_vjp_call\): .*a ref to custom_vjp "
+             r"definition '\w+' in an equation of 'f' stores out_trees "
+             r"\(1, 1, \(0,\)\), where the definition's are \(1, 1, "
+             r"\(None,\)\): its residuals differ"),
     "custom_lin backward rule": (
         _lin_program, _edit_lin, False,
         r"equation 0 \(custom_lin\): backward rule \(zero cotangents "
@@ -344,7 +367,7 @@ def test_a_loaded_vmap_rule_checks_what_it_is_called_with():
 
 @pytest.mark.parametrize("program", [_jvp_program, _bwd_program,
                                      _fwd_program, _residual_values_program,
-                                     _vmap_program])
+                                     _vmap_program, _recursive_program])
 def test_unedited_programs_transform_as_the_originals(program):
   fn, args = program()
   original = jaxpr_io.trace(fn, *args)
