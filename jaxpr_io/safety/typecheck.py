@@ -13,7 +13,9 @@ compiles as stored, and fails when `grad` or `vmap` re-traces the body
 checked once, so the cost is at most what check_jaxpr walks already. The
 stored jaxprs of custom rules (a `custom_jvp` function's JVP rule, a
 `custom_vjp` function's forward and backward rules) are checked too: JAX
-checks them only when `jvp` or `grad` calls the rule.
+checks them only when `jvp` or `grad` calls the rule. Their types against
+the equation they belong to are checked as the file is read
+(jaxpr_io/families/custom_rules/rule_types.py).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def tangent_type(aval):
   booleans), or None for a type without one."""
   try:
     return aval.to_tangent_aval()
-  except (AttributeError, NotImplementedError):
+  except (AttributeError, NotImplementedError, TypeError, ValueError):
     return None
 
 
@@ -53,7 +53,7 @@ def cotangent_type(aval):
   """JAX's cotangent type of a value of type `aval`, or None."""
   try:
     return aval.to_ct_aval()
-  except (AttributeError, NotImplementedError):
+  except (AttributeError, NotImplementedError, TypeError, ValueError):
     return None
 
 
@@ -240,15 +240,19 @@ def lin_problem(eqn) -> str | None:
   rule = compat.wrapped_function(eqn.params.get("bwd"))
   if not isinstance(rule, LinRule):
     return None
-  num_res, in_zeros = eqn.params["num_res"], eqn.params["in_zeros"]
+  num_res, in_zeros, out_avals = (eqn.params.get(k) for k in (
+      "num_res", "in_zeros", "out_avals"))
+  if (type(num_res) is not int or type(in_zeros) is not list
+      or type(out_avals) is not list):
+    return "its num_res, in_zeros and out_avals are not an int and lists"
   avals = _avals(eqn.invars)
   tangents = iter(avals[num_res:])
-  if len(avals) - num_res != list(in_zeros).count(False):
+  if len(avals) - num_res != in_zeros.count(False):
     return (f"it has {len(avals) - num_res} tangent inputs for the "
-            f"{list(in_zeros).count(False)} inputs in_zeros leaves")
+            f"{in_zeros.count(False)} inputs in_zeros leaves")
   in_ct_types = [None if z else cotangent_type(next(tangents))
                  for z in in_zeros]
-  ct_types = [cotangent_type(a) for a in eqn.params["out_avals"]]
+  ct_types = [cotangent_type(a) for a in out_avals]
   residual_types = _numbered("residual", avals[:num_res])
   try:
     for key, entry in rule.table.items():
