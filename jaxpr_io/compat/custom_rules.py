@@ -68,6 +68,24 @@ def bwd_result(cts: list):
   return (cts, None) if BWD_RETURNS_LOGS else cts
 
 
+_DTYPE_EXCEPTION = getattr(custom_derivatives, "_temporary_dtype_exception",
+                           lambda expected, found: False)
+
+
+def bwd_cotangent_fits(expected, found) -> bool:
+  """Whether JAX's flattening of a custom_vjp backward rule (`_flatten_bwd`)
+  accepts an input cotangent of type `found` for an input whose cotangent
+  type is `expected`: the same type, weak types aside, or (an exception JAX
+  0.10 to 0.12 still make) the same shape in another dtype where `expected`
+  is inexact."""
+  try:
+    return bool(core.typecompat(expected, found)
+                or _DTYPE_EXCEPTION(expected, found))
+  except (TypeError, ValueError):
+    # Symbolic dimensions of two scopes, or avals JAX cannot compare.
+    return False
+
+
 def without_bwd_type_checks():
   """A context in which a custom_vjp's flattened `bwd` does not compare
   its cotangents' types with the primal inputs' types recorded when the

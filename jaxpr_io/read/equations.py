@@ -25,6 +25,7 @@ import numpy as np
 
 from jaxpr_io import compat
 from jaxpr_io.compat import polyfills as compat_polyfills
+from jaxpr_io.families.custom_rules import rule_types
 from jaxpr_io.families.hijax import mutable as hi_mutable
 from jaxpr_io.safety import printing
 from jaxpr_io.safety import trust
@@ -390,6 +391,7 @@ def _kinds_used(jaxpr_of, kind_ids, n_jaxprs: int, n_kinds: int):
 # logs must be taken and made where their rules expect
 # (hi_mutable.equation_problem).
 _EQUATION_CHECKS = {
+    "custom_lin": rule_types.lin_problem,
     "call_hi_primitive": shape_rules.hi_primitive_types,
     "call_hi_primitive_linearized": shape_rules.hi_linearized_types,
     **dict.fromkeys(hi_mutable.PRIMITIVE_NAMES, hi_mutable.equation_problem),

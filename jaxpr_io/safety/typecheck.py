@@ -13,8 +13,10 @@ compiles as stored, and fails when `grad` or `vmap` re-traces the body
 checked once, so the cost is at most what check_jaxpr walks already. The
 stored jaxprs of custom rules (a `custom_jvp` function's JVP rule, a
 `custom_vjp` function's forward and backward rules) are checked too: JAX
-checks them only when `jvp` or `grad` calls the rule. So are the jaxprs of
-a hi primitive object (`lax.custom_root`'s), which only its rules apply.
+checks them only when `jvp` or `grad` calls the rule. Their types against
+the equation they belong to are checked as the file is read
+(jaxpr_io/families/custom_rules/rule_types.py). So are the jaxprs of a hi
+primitive object (`lax.custom_root`'s), which only its rules apply.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ _OPERANDS = {
     "checkpoint": _calls("jaxpr"),
     "custom_jvp_call": _calls("call_jaxpr"),
     "custom_vjp_call": _calls("call_jaxpr"),
+    "custom_vmap_call": _calls("call"),
     "while": _while,
 }
 

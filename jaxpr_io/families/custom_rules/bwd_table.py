@@ -28,6 +28,7 @@ from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.families.custom_rules.common import (
     _add_raising, _bools, _check_consts, _closed, raised_error, RaisingRule)
 from jaxpr_io.families.custom_rules import requests
+from jaxpr_io.families.custom_rules import rule_types
 from jaxpr_io.families.custom_rules import wide
 
 
@@ -86,6 +87,10 @@ def call_bwd_table(table: dict, n_out: int, symbolic_zeros: bool, name: str,
   if type(rule) is RaisingRule:
     rule.throw()
   jaxpr, consts, mask, zero_avals = rule
+  # In place of JAX's `_flatten_bwd`, which checks what a rule returns.
+  rule_types.check_call(lambda: (
+      f"the backward rule of custom_vjp function {name!r} for zero "
+      f"cotangents {pattern}"), jaxpr, [*res, *nonzero])
   outs = iter(compat_custom_rules.eval_jaxpr(jaxpr, consts, *res, *nonzero))
   zeros = iter(zero_avals)
   return compat_custom_rules.bwd_result([compat_custom_rules.Zero(next(zeros)) if z else next(outs)
@@ -155,13 +160,17 @@ _ZERO_TYPES_DEBUG = compat.DebugInfo("jaxpr_io", "zero_cotangent_types", None,
                                      None)
 
 
-def decode_bwd_table(rules: tuple, eqn) -> tuple[dict, int | None]:
+def decode_bwd_table(rules: tuple, eqn, types=None) -> tuple[dict,
+                                                             int | None]:
   """(key -> (jaxpr, consts, cts_in_zeros, zero avals) or RaisingRule,
   residual count or None when every pattern raises) of stored backward
   rules (see registrations.py), checked against `eqn`'s `n_in`, `n_out`
   and `symbolic_zeros`; `eqn.name` names the function in messages. A key
   is a pattern of zero cotangents, or a `ResidualKey` for a rule stored
-  with the constant residuals it was traced with."""
+  with the constant residuals it was traced with. `types`, where given, is
+  (the output cotangent types, the input cotangent types) every rule is
+  typed against (`rule_types.bwd_rule`); the residuals' types are the
+  caller's to check."""
   table = {}
   n_res = None
   with_values = []  # (index, its key) of rules stored with residuals
@@ -203,6 +212,10 @@ def decode_bwd_table(rules: tuple, eqn) -> tuple[dict, int | None]:
     n_res = rule_res
     if key in table:
       raise FormatError(f"backward rule {i} repeats the pattern {key}")
+    if types is not None:
+      rule_types.bwd_rule(f"{rule_types.bwd_name(eqn, key)} (stored rule "
+                          f"{i})", closed.jaxpr, n_res, ct_zeros, mask,
+                          zero_avals, *types)
     table[key] = (closed.jaxpr, closed.consts, mask, zero_avals)
   if table and not eqn.symbolic_zeros and list(table) != [
       (False,) * eqn.n_out]:

@@ -473,8 +473,10 @@ class _Loaded:
     self.stored = stored
     self.key = key
     self.eqn_name = eqn.name
-    # Equation shape a ref must share with the definition it is linked to.
-    self.expect = (eqn.num_consts, eqn.n_in, eqn.n_out, eqn.symbolic_zeros)
+    # Equation shape and types a ref must share with the definition it is
+    # linked to (its rules are the definition's, typed for those).
+    self.expect = (eqn.num_consts, eqn.n_in, eqn.n_out, eqn.symbolic_zeros,
+                   tuple(eqn.in_avals), tuple(eqn.call_jaxpr.out_avals))
 
   @property
   def frame(self) -> tuple[str, str]:
@@ -558,8 +560,8 @@ def _link_refs(definer: _Definer, target) -> None:
             raise FormatError(
                 f"a ref to custom rule {key!r} sits in an equation of "
                 f"{rule.eqn_name!r} whose shape (num_consts, inputs, outputs, "
-                f"symbolic_zeros) {rule.expect} differs from its "
-                f"definition's {definer.expect}")
+                f"symbolic_zeros) {rule.expect[:4]} or types differ from its "
+                f"definition's {definer.expect[:4]}")
           rule.link(target)
       elif isinstance(rule, _Definer):
         todo.extend(rule.bodies)

@@ -15,6 +15,7 @@ from jaxpr_io.families.custom_rules.common import (
     RaisingRule, _Ref, _STATE, symbolic_patterns, _wrap)
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.families.custom_rules import common
+from jaxpr_io.families.custom_rules import rule_types
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.families.custom_rules import wide
 
@@ -156,6 +157,7 @@ def decode_jvp_rule(stored, params: dict):
           f"zero patterns need {n_in} and {n_out}")
     if in_zeros in table:
       raise FormatError(f"JVP rule {i} repeats the pattern {in_zeros}")
+    rule_types.jvp_rule(eqn, i, in_zeros, closed.jaxpr, out_zeros)
     table[in_zeros] = (closed.jaxpr, closed.consts, list(out_zeros))
   if table and not eqn.symbolic_zeros and list(table) != [
       (False,) * eqn.n_in]:

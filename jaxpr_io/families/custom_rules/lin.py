@@ -47,6 +47,7 @@ from typing import Any
 from jaxpr_io import compat
 from jaxpr_io.families.custom_rules import common as custom_rule_common
 from jaxpr_io.families.custom_rules import bwd_table
+from jaxpr_io.families.custom_rules import rule_types
 from jaxpr_io.families.custom_rules import vjp as custom_vjp
 from jaxpr_io.families.custom_rules import wide
 from jaxpr_io.codec import registry
@@ -71,9 +72,11 @@ class _LinEqn:
     self.symbolic_zeros = symbolic_zeros
 
 
-class _LinBwd:
+class _LinBwd(rule_types.LinRule):
   """A loaded `bwd`: (*residuals, *cotangents) -> input cotangents. `stored`
-  is the decoded value, which a re-dump stores unchanged."""
+  is the decoded value, which a re-dump stores unchanged. Its types are
+  checked against each equation that holds it (`rule_types.lin_problem`,
+  jaxpr_io/read/equations.py)."""
 
   __slots__ = ("stored", "table", "n_res", "eqn")
 

@@ -18,6 +18,7 @@ from jaxpr_io.families.custom_rules.common import (
 from jaxpr_io.families.custom_rules import bwd_table
 from jaxpr_io.families.custom_rules import common
 from jaxpr_io.families.custom_rules import requests
+from jaxpr_io.families.custom_rules import rule_types
 from jaxpr_io.families.custom_rules import wide
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.compat import specialize
@@ -28,14 +29,18 @@ _VJP_CACHE_SIZE = 16
 
 
 class _VjpRecord:
-  """The forward and backward definitions of one custom_vjp key."""
+  """The forward and backward definitions of one custom_vjp key, the
+  defining equation's stored `out_trees` once its rules are checked, and
+  the refs linked to it (`_VjpRuleRef.link`)."""
 
-  __slots__ = ("key", "fwd", "bwd")
+  __slots__ = ("key", "fwd", "bwd", "out_info", "refs")
 
   def __init__(self, key: str):
     self.key = key
     self.fwd = None
     self.bwd = None
+    self.out_info = None
+    self.refs = []
 
 
 class _FwdRule(_Definer):
@@ -104,11 +109,23 @@ class _VjpRuleRef(_Ref):
   """A reference to the forward or backward rule (`rule` names which) of an
   enclosing custom_vjp definition."""
   family = "vjp"
-  __slots__ = ()
+  __slots__ = ("out_info",)
   rule = ""
+
+  def __init__(self, stored, key: str, eqn: _Eqn):
+    super().__init__(stored, key, eqn)
+    # The stored `out_trees` of the ref's equation (`_cross_check`): its
+    # residuals must be the definition's.
+    self.out_info = None
 
   def __call__(self, *args):
     return self.definition()(*args)
+
+  def link(self, target) -> None:
+    if self.target is None:
+      target.refs.append(self)
+      _check_refs(target)
+    super().link(target)
 
   def definition(self):
     rule = getattr(self.resolved(), self.rule)
@@ -437,6 +454,7 @@ def decode_fwd_rule(stored, params: dict):
     n_res_out = n_res
     if pattern in table:
       raise FormatError(f"forward rule {i} repeats the pattern {pattern}")
+    rule_types.fwd_rule(eqn, i, pattern, closed.jaxpr, n_res)
     table[pattern] = (closed.jaxpr, closed.consts)
   rule = _FwdRule(stored, key, eqn)
   rule.rules = table
@@ -455,7 +473,8 @@ def decode_bwd_rule(stored, params: dict):
       stored, params, "custom_vjp", "bwd", "backward rule", _BwdRef)
   if ref is not None:
     return ref
-  table, n_res = bwd_table.decode_bwd_table(rules, eqn)
+  table, n_res = bwd_table.decode_bwd_table(
+      rules, eqn, rule_types.vjp_cotangent_types(eqn))
   rule = _BwdRule(stored, key, eqn)
   rule.rules = table
   rule.bodies = [r[1] for r in rules if len(r) in (4, 5)]
@@ -489,14 +508,32 @@ def decode_out_trees(stored, params: dict):
 
 
 def _cross_check(params: dict, eqn: _Eqn, decoded: dict) -> None:
-  """Checks the residual counts of an equation's rules against `out_trees`
-  once all three are decoded (they are decoded one by one, in file order)."""
+  """Checks an equation's rules against each other and `out_trees` once
+  all three are decoded (they are decoded one by one, in file order): the
+  forward and backward rules are both definitions or both refs, of one
+  key; the residuals the forward rules return are, in number and types,
+  those `out_trees` gives and the backward rules take; a ref equation's
+  `out_trees` is its definition's."""
   fwd = decoded.get("fwd_jaxpr_thunk") or _loaded(params.get(
       "fwd_jaxpr_thunk"))
   bwd = decoded.get("bwd") or _loaded(params.get("bwd"))
   out_trees = decoded.get("out_trees") or params.get("out_trees")
-  if (type(fwd) is not _FwdRule or type(bwd) is not _BwdRule
-      or type(out_trees) is not _OutTrees or not fwd.rules):
+  if fwd is None or bwd is None or type(out_trees) is not _OutTrees:
+    return
+  if ((type(fwd), type(bwd)) not in ((_FwdRule, _BwdRule), (_FwdRef, _BwdRef))
+      or fwd.key != bwd.key):
+    raise FormatError(
+        f"the forward and backward rules of custom_vjp function "
+        f"{eqn.name!r} are not both definitions or both refs of one key")
+  if type(fwd) is _FwdRef:
+    fwd.out_info = bwd.out_info = out_trees.stored
+    for ref in (fwd, bwd):
+      if ref.target is not None:
+        _check_refs(ref.target)
+    return
+  fwd.record.out_info = out_trees.stored
+  _check_refs(fwd.record)
+  if not fwd.rules:
     return
   _, n_res, input_fwds = out_trees.stored
   n_res_out = n_res - sum(f is not None for f in input_fwds)
@@ -508,6 +545,20 @@ def _cross_check(params: dict, eqn: _Eqn, decoded: dict) -> None:
         f"residuals: out_trees gives {n_res} ({n_res_out} computed), the "
         f"forward rule computes {fwd.n_res_out}, the backward rule takes "
         f"{bwd.n_res}")
+  rule_types.residuals(eqn, fwd.rules, input_fwds, bwd.rules, n_res_out)
+
+
+def _check_refs(record: _VjpRecord) -> None:
+  """The refs linked to `record` hold its `out_trees` (a ref's rules are
+  its definition's, which return and take the definition's residuals)."""
+  if record.out_info is None:
+    return
+  for ref in record.refs:
+    if ref.out_info is not None and ref.out_info != record.out_info:
+      raise FormatError(
+          f"a ref to custom_vjp definition {record.key!r} in an equation "
+          f"of {ref.eqn_name!r} stores out_trees {ref.out_info}, where the "
+          f"definition's are {record.out_info}: its residuals differ")
 
 
 specialize.register_specializer(

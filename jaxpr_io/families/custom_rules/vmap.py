@@ -35,6 +35,7 @@ from jaxpr_io.codec import registry
 from jaxpr_io.compat import custom_rules as compat_custom_rules
 from jaxpr_io.compat import specialize
 from jaxpr_io.compat import symbolic
+from jaxpr_io.families.custom_rules import rule_types
 from jaxpr_io.errors import FormatError, UnsupportedError
 
 MAX_BATCHED_INPUTS = 8
@@ -168,6 +169,8 @@ class StoredVmapRule:
     closed, out_batched = entry
     size = axis_size if symbolic.is_symbolic(axis_size) else int(axis_size)
     closed = specialize.specialize(closed, {**self.env, _AXIS: size})
+    rule_types.check_call(lambda: f"the custom_vmap rule {self.name!r}",
+                          closed.jaxpr, flat_args)
     outs = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat_args)
     return (self.out_tree.unflatten(outs),
             self.out_tree.unflatten(list(out_batched)))
@@ -188,9 +191,11 @@ specialize.register_specializer(value_type=StoredVmapRule,
 
 
 def decode_rule(stored, params):
-  out_tree = params.get("out_tree")
+  out_tree, call = params.get("out_tree"), params.get("call")
   if type(out_tree) is not jax.tree_util.PyTreeDef:
     raise FormatError("custom_vmap_call's out_tree must be a treedef")
+  if not compat.is_closed_jaxpr(call):
+    raise FormatError("custom_vmap_call's call must be a closed jaxpr")
   if (type(stored) is not tuple or len(stored) != 2
       or type(stored[0]) is not str or type(stored[1]) is not tuple
       or not stored[1] or type(stored[1][0]) is not tuple
@@ -208,6 +213,11 @@ def decode_rule(stored, params):
         or not all(type(b) is bool for b in entry[2])):
       raise FormatError("a custom_vmap rule entry is not (in_batched, "
                         "rule, out_batched) for this equation")
+    if not compat.is_closed_jaxpr(entry[1]):
+      raise FormatError("a custom_vmap rule entry's rule is not a closed "
+                        "jaxpr")
+    rule_types.vmap_rule(stored[0], call, n_args, entry[0], entry[1],
+                         entry[2], _AXIS)
     rules[entry[0]] = (entry[1], entry[2])
   if len(rules) != 2 ** n_args:
     raise FormatError(f"custom_vmap_call's rule has {len(rules)} patterns, "
