@@ -342,13 +342,15 @@ class Scope:
 
   def shape_cost(self, texts: Sequence[str]) -> int:
     """The most monomials JAX forms to multiply out the size of a shape of
-    the dimensions `texts` (each given to `cost` before), as its shape
+    the dimensions `texts` (each bounded as by `cost`), as its shape
     rules do (`math.prod(shape)`: reshape, broadcasts, ...), beyond one a
     dimension; FormatError over `MAX_DIM_WORK`. A dimension repeated counts
     as a power of it, unless an equality constraint may rewrite it."""
     counts: dict[str, int] = {}
     terms, work, keyed = 1, 0, False
     for text in texts:
+      if text not in self._dims:
+        self.bound(text)
       dim = self._dims[text]
       counts[text] = counts.get(text, 0) + 1
       keyed = keyed or dim.keyed
