@@ -157,8 +157,10 @@ register_quantity(
             "metadata, read first (an Orbax item's tree metadata; each "
             "needed `.npz` member's `.npy` header, at most 10,000 bytes); "
             "members the program does not need are never read",
-    limit=f"{limits.MEMORY_FACTOR}x the source's size on disk + "
-          f"{limits.FIXED_OVERHEAD >> 20} MiB, checked before any array is "
+    limit=f"{limits.MEMORY_FACTOR}x the source's size on disk (each file "
+          "at the size of what a read returns: links followed, "
+          f"jaxpr_io/api/source_paths.py) + {limits.FIXED_OVERHEAD >> 20} "
+          "MiB, checked before any array is "
           "read; each `.npz` member inflated up to its declared size and no "
           "further (no limit with `trusted=True`, `jaxpr-load --trusted`)")
 
