@@ -19,7 +19,10 @@
 The handler writes `program.jaxpr` into the item's directory of the step.
 Orbax writes a step into a temporary directory and renames it when every
 item has committed, so a step that did not finish is never offered for
-restore; the program file itself is also written atomically. With an
+restore; the program file itself is also written atomically. On restore,
+the program and every SOURCE of `bind` named relative to the step are read
+only from inside the step (jaxpr_io/api/source_paths.py: no links out of
+it). With an
 asynchronous `CheckpointManager`, the program is serialized when `save` is
 called (so later changes to the Python objects cannot leak in) and written to
 disk in the background with the arrays.
@@ -36,6 +39,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from jaxpr_io.api import bind_sources
+from jaxpr_io.api import source_paths
 from jaxpr_io.format import files
 from jaxpr_io.api import program as program_lib
 
@@ -76,6 +80,11 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
               args: Optional["ProgramRestore"] = None
               ) -> program_lib.Program:
     args = args if args is not None else ProgramRestore()
+    # The program is a file of this item, not a link out of the step.
+    source_paths.check_inside_dir(os.fspath(directory),
+                                  os.fspath(directory.parent))
+    source_paths.check_inside(os.fspath(directory / self._filename),
+                              os.fspath(directory), self._filename)
     prog = program_lib.load(directory / self._filename, check=args.check,
                             trusted=args.trusted)
     if not args.bind:

@@ -21,10 +21,13 @@ from typing import Any
 import numpy as np
 
 from jaxpr_io.api import npz_source
+from jaxpr_io.api import source_paths
 from jaxpr_io.api.binding import Deferred, SourceError, SourceTree
+from jaxpr_io.api.source_paths import UnsafeSourceError
 from jaxpr_io.format import limits
 
-__all__ = ["SourceError", "load_source", "split_spec", "subtree"]
+__all__ = ["SourceError", "UnsafeSourceError", "load_source", "split_spec",
+           "subtree"]
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -49,12 +52,21 @@ def load_source(spec: str, *, base: str | os.PathLike | None = None,
   `Deferred` arrays, which `Program.bind` reads once they have matched the
   program, up to the source's limit (`read_limit`; none if `trusted`). A
   relative path is taken relative to `base` when given (an Orbax step
-  directory)."""
+  directory), and must resolve inside it.
+
+  What the source names is read only from under the path given
+  (jaxpr_io/api/source_paths.py): a checkpoint whose keys or links reach
+  outside it, or that holds special files, raises `UnsafeSourceError` (a
+  `SourceError` and a `FormatError`), trusted or not."""
   path, keys = split_spec(spec)
+  within = None
   if base is not None and not os.path.isabs(path):
     path = os.path.join(os.fspath(base), path)
+    within = os.fspath(base)
   if not os.path.exists(path):
     raise FileNotFoundError(f"no such file or directory: {path}")
+  if within is not None:
+    source_paths.check_inside_dir(path, within)
   if os.path.isdir(path):
     return _orbax_source(path, keys, spec, trusted)
   if keys:
@@ -161,6 +173,8 @@ def _orbax_source(path: str, keys: str, spec: str, trusted: bool) -> Any:
   ocp = _orbax()
   # lazy: etils comes with orbax-checkpoint.
   from etils import epath  # pylint: disable=g-import-not-at-top
+  # Before Orbax opens anything the checkpoint names.
+  size = source_paths.check_orbax_item(path)
   handler = ocp.PyTreeCheckpointHandler()
   try:
     metadata = handler.metadata(epath.Path(os.path.abspath(path)))
@@ -172,23 +186,11 @@ def _orbax_source(path: str, keys: str, spec: str, trusted: bool) -> Any:
   finally:
     handler.close()
   metadata = getattr(metadata, "tree", metadata)
-  source = _OrbaxSource(path, metadata, read_limit(_disk_size(path),
-                                                   trusted))
+  source = _OrbaxSource(path, metadata, read_limit(size, trusted))
   tree = _deferred_tree(metadata, (), source)
   selected = subtree(tree, keys, spec)
   return SourceTree(selected, spec) if isinstance(selected, dict) else (
       selected)
-
-
-def _disk_size(path: str) -> int:
-  total = 0
-  for root, _, names in os.walk(path):
-    for name in names:
-      try:
-        total += os.lstat(os.path.join(root, name)).st_size
-      except OSError:
-        pass
-  return total
 
 
 def _deferred_tree(node: Any, keys: tuple, source: _OrbaxSource) -> Any:

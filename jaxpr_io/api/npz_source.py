@@ -17,6 +17,7 @@ import zlib
 
 import numpy as np
 
+from jaxpr_io.api import source_paths
 from jaxpr_io.api.binding import Deferred, FlatSource, Lazy, SourceError
 
 # numpy's own limit for `.npy` headers (np.lib.format.read_array_header_*).
@@ -55,8 +56,14 @@ class NpzSource:
       self.zip = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError) as e:
       raise NpzSourceError(f"{path} is not a readable .npz: {e}") from None
+    infos = self.zip.infolist()
+    try:
+      source_paths.check_npz_members(path, [i.filename for i in infos])
+    except source_paths.UnsafeSourceError:
+      self.zip.close()
+      raise
     self.infos = {}
-    for info in self.zip.infolist():
+    for info in infos:
       if info.filename.endswith(".npy") and not info.is_dir():
         self.infos[info.filename[:-4]] = info
 

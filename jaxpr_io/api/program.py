@@ -413,7 +413,7 @@ def _from_container(data_container: container.Container, check: bool,
   if check:
     _check_inlined_size(rd, data_container.source, trusted)
     program.closed_jaxpr  # pylint: disable=pointless-statement
-    _check(program, data_container.source)
+    _check(program, data_container.source, rd.decision_steps)
   return program
 
 
@@ -468,7 +468,8 @@ def _abstract_arg(aval):
                               weak_type=aval.weak_type)
 
 
-def _check(program: Program, source: str) -> None:
+def _check(program: Program, source: str, decision_steps: int | None
+           ) -> None:
   """`check=True`: everything a caller does first with a program works.
 
   Runs JAX's type checker (every equation's abstract evaluation and typing
@@ -479,7 +480,9 @@ def _check(program: Program, source: str) -> None:
   compiled under `checkify.checkify`, as it must be called). A failure in
   any step is a
   `FormatError` naming the step: the file is not a program this process can
-  run."""
+  run. Comparisons of symbolic dimensions take at most `decision_steps`
+  steps of JAX's decision procedure in all (what the load left of
+  `limits.DECISION_STEPS`; None: no limit)."""
   closed = program.closed_jaxpr
   fun = compat.jaxpr_as_fun(closed)
   # checkify's family is loaded wherever a program can hold its checks.
@@ -519,7 +522,18 @@ def _check(program: Program, source: str) -> None:
   )
   for what, step in steps:
     try:
-      step()
+      with symbolic.decision_budget(decision_steps):
+        try:
+          step()
+        finally:
+          decision_steps = symbolic.steps_left()
+    except symbolic.DecisionBudgetExceeded:
+      raise FormatError(
+          f"{source}: the program {what}: comparing its symbolic "
+          "dimensions would take JAX's decision procedure over "
+          f"{limits.DECISION_STEPS:,} steps, the limit of an untrusted "
+          "file; load it with trusted=True if you know where it comes "
+          "from") from None
     except Exception as e:  # pylint: disable=broad-except
       # Whatever JAX raises on programs no tracer would build (JaxprTypeError,
       # shape-rule errors, lowering and compiler errors) means the file is

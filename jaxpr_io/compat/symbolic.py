@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 from typing import Any
 
 from jax._src.export import shape_poly
+from jax._src.export import shape_poly_decision
 
 DimExpr = shape_poly._DimExpr  # pylint: disable=protected-access
 SymbolicScope = shape_poly.SymbolicScope
@@ -21,6 +25,63 @@ def scope_constraints(scope) -> tuple[str, ...]:
 
 def new_scope(constraints) -> SymbolicScope:
   return shape_poly.SymbolicScope(tuple(constraints))
+
+
+class DecisionBudgetExceeded(Exception):
+  """JAX's decision procedure took more steps than `decision_budget`
+  allows."""
+
+
+# JAX decides `max`, `min` and comparisons of symbolic dimensions by
+# combining the scope's constraints, and the implicit ones of each `max`,
+# `min`, `floordiv` and `mod` in the expression, term by term: the work is
+# exponential in them (a 113-byte `max` of sums of `max`es runs for
+# minutes). These are the procedure's steps: its recursion, its combination
+# of a term with the constraints, and each constraint it adds to its state.
+_STEPS = ("_bounds_for_sorted_terms", "combine_term_with_existing",
+          "add_to_state")
+_budget = threading.local()
+
+
+def _counted(method):
+  @functools.wraps(method)
+  def counted(*args, **kwargs):
+    left = getattr(_budget, "left", None)
+    if left is not None:
+      if left <= 0:
+        raise DecisionBudgetExceeded()
+      _budget.left = left - 1
+    return method(*args, **kwargs)
+  counted._jaxpr_io_counted = True  # pylint: disable=protected-access
+  return counted
+
+
+_Decision = getattr(shape_poly_decision, "_DecisionByElimination", None)
+# Whether this JAX's procedure has the steps counted (else the budget is
+# not enforced, and the reader relies on its other limits only).
+DECISION_BUDGET_ENFORCED = _Decision is not None and all(
+    callable(getattr(_Decision, name, None)) for name in _STEPS)
+if DECISION_BUDGET_ENFORCED:
+  for _name in _STEPS:
+    if not getattr(getattr(_Decision, _name), "_jaxpr_io_counted", False):
+      setattr(_Decision, _name, _counted(getattr(_Decision, _name)))
+
+
+@contextlib.contextmanager
+def decision_budget(steps: int | None):
+  """Within the block, JAX's decision procedure may take at most `steps`
+  steps in this thread, in all (None: no limit), else raises
+  `DecisionBudgetExceeded`; `steps_left()` tells how many are left."""
+  previous = getattr(_budget, "left", None)
+  _budget.left = steps
+  try:
+    yield
+  finally:
+    _budget.left = previous
+
+
+def steps_left() -> int | None:
+  return getattr(_budget, "left", None)
 
 
 def parse_dim(text: str, scope: SymbolicScope):

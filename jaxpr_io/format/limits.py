@@ -43,6 +43,17 @@ TREE_NODE_COST = 320
 # per distinct (primitive, params, input types); charged before it is traced.
 POLYFILL_BUILD_COST = 8 << 10
 
+# JAX decides `max` and `min` of symbolic dimensions (and comparisons of
+# them) by combining the scope's constraints with the implicit ones of every
+# `max`, `min`, `floordiv` and `mod` in the expression: work exponential in
+# them, which no syntactic bound captures well (a 113-byte dimension runs for
+# minutes). A load of an untrusted file lets that procedure take at most
+# this many steps in all (its recursions, term combinations and constraints
+# added; jaxpr_io/compat/symbolic.py counts them): about 40,000 a second on a
+# 2-core machine. The programs of JAX's shape-polymorphism suite take at
+# most a few dozen a dimension.
+DECISION_STEPS = 100_000
+
 # `check=True` walks a program with every use of a shared sub-jaxpr inlined:
 # JAX's type checker and its printer's sharing analysis re-walk a sub-jaxpr
 # at each use, and XLA inlines calls before compiling. What it walks is

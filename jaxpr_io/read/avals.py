@@ -10,8 +10,8 @@ literals and constants hold (inline or in checksummed blobs of the
 container). Every size, rank and reference is bounded and checked before
 JAX sees it; violations raise `FormatError` without a location, which the
 reader's loops prefix. The state it works on (`avals`, `_arrays`,
-`_array_done`, `_literals`, `_dims`, `_scope`, `pending_blobs`) is set up by
-`Reader.__init__`.
+`_array_done`, `_literals`, `_dims`, `_scope`, `_dim_costs`,
+`pending_blobs`) is set up by `Reader.__init__`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io.compat import tables as compat_tables
 from jaxpr_io.compat import symbolic
+from jaxpr_io.format import dim_cost
+from jaxpr_io.format import limits
 from jaxpr_io.format import dim_grammar
 from jaxpr_io.codec import dtypes
 from jaxpr_io.families.hijax import mutable as hi_mutable
@@ -92,6 +94,8 @@ class AvalReader:
     return self.avals[self._index(i, len(self.avals), "aval")]
 
   def decode_avals(self) -> None:
+    if self.msg.symbolic_constraints:
+      self.build_scope()  # its errors name the constraint, not an aval
     for i, m in enumerate(self.msg.avals[:]):
       try:
         self.avals.append(self._decode_aval(m))
@@ -230,17 +234,21 @@ class AvalReader:
     """The dimensions of repeated `Dim` messages."""
     if len(dims) > _MAX_RANK:
       raise FormatError(f"aval of rank {len(dims)} is over {_MAX_RANK}")
-    shape = []
+    shape, texts = [], []
     for d in dims:
       kind = d.WhichOneof("kind")
       if kind == "expr":
-        shape.append(self.dim(self.string(d.expr)))
+        texts.append(self.string(d.expr))
+        shape.append(self.dim(texts[-1]))
       elif kind == "size" and 0 <= d.size <= _MAX_DIM:
         shape.append(d.size)
       else:
         value = d.size if kind == "size" else "(unset)"
         raise FormatError(f"aval dimension {value} is not a valid size "
                           f"(0 to 2**62)")
+    if len(texts) > 1:
+      self.charge(self._dim_costs.shape_cost(texts) * dim_cost.DIM_WORK_COST,
+                  "a symbolic shape's size")
     return shape
 
   def _decode_ref(self, m):
@@ -306,26 +314,60 @@ class AvalReader:
           "JAX release that has jax._src.state.types.AbstractLinVal")
     return compat.AbstractLinVal(inner, _LIN_VAL_MEMORY_SPACES[m.memory_space])
 
+  def build_scope(self) -> None:
+    """The program's one symbolic scope, from its constraints: each
+    checked against the grammar and bounded (dim_cost.py) before JAX parses
+    it."""
+    constraints = self.msg.symbolic_constraints
+    if len(constraints) > _MAX_CONSTRAINTS:
+      raise FormatError(f"{len(constraints)} symbolic constraints are "
+                        f"over the limit of {_MAX_CONSTRAINTS}")
+    for c in constraints:
+      dim_grammar.check(c, constraint=True)
+    self._dim_costs = dim_cost.Scope(constraints)
+    self.charge(sum(self._dim_costs.constraint_work)
+                * dim_cost.DIM_WORK_COST, "the symbolic constraints")
+    try:
+      self._scope = self._decided("the symbolic constraints",
+                                  symbolic.new_scope, constraints)
+    except FormatError:
+      raise
+    except (ValueError, TypeError, RecursionError,
+            tokenize.TokenError) as e:
+      raise FormatError(f"symbolic constraints are invalid: {e}") from None
+
+  def _decided(self, what: str, fn, *args):
+    """`fn(*args)`, with JAX's decision procedure held to what is left of
+    the load's steps (`limits.DECISION_STEPS`; none if trusted)."""
+    with symbolic.decision_budget(self.decision_steps):
+      try:
+        return fn(*args)
+      except symbolic.DecisionBudgetExceeded:
+        raise FormatError(
+            f"{what}: JAX's decision procedure (which simplifies `max` and "
+            "`min` and compares dimensions against the constraints) would "
+            f"take over {limits.DECISION_STEPS:,} steps, the limit of an untrusted "
+            "file; load it with trusted=True if you know where it comes "
+            "from") from None
+      finally:
+        self.decision_steps = symbolic.steps_left()
+
   def dim(self, text: str):
     """The symbolic dimension `text`, in the program's one scope."""
     dim = self._dims.get(text)
     if dim is None:
-      # JAX's parser trusts its input: bound what it gets.
+      # JAX's parser trusts its input: bound what it gets, and what it
+      # computes from it (dim_cost.py), before it runs.
       dim_grammar.check(text)
       if self._scope is None:
-        constraints = self.msg.symbolic_constraints
-        if len(constraints) > _MAX_CONSTRAINTS:
-          raise FormatError(f"{len(constraints)} symbolic constraints are "
-                            f"over the limit of {_MAX_CONSTRAINTS}")
-        for c in constraints:
-          dim_grammar.check(c, constraint=True)
-        try:
-          self._scope = symbolic.new_scope(constraints)
-        except (ValueError, TypeError, RecursionError,
-                tokenize.TokenError) as e:
-          raise FormatError(f"symbolic constraints are invalid: {e}") from None
+        self.build_scope()
+      self.charge(self._dim_costs.cost(text) * dim_cost.DIM_WORK_COST,
+                  f"symbolic dimension {text[:80]!r}")
       try:
-        dim = symbolic.parse_dim(text, self._scope)
+        dim = self._decided(f"symbolic dimension {text[:80]!r}",
+                            symbolic.parse_dim, text, self._scope)
+      except FormatError:
+        raise
       except (ValueError, TypeError, RecursionError,
               tokenize.TokenError) as e:  # TokenError: Python 3.12's tokenizer
         raise FormatError(f"symbolic dimension {text!r} does not parse: "

@@ -109,6 +109,7 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     self._closed: list[Any] = [None] * len(msg.closed_jaxprs)
     self._primitives: dict[str, Any] = {}
     self._scope = None
+    self._dim_costs = None  # dim_cost.Scope of `_scope`
     self._dims: dict[str, Any] = {}
     # Per name stack index: the equations' shared `SourceInfo`
     # (`decode_name_stacks`).
@@ -159,6 +160,8 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
                                   compat.JAX_VERSION)
     self._budget = (None if trusted else
                     MEMORY_FACTOR * len(blobs.buffer) + FIXED_OVERHEAD)
+    # What JAX's decision procedure may still take (avals.py `_decided`).
+    self.decision_steps = None if trusted else limits.DECISION_STEPS
 
   # ----------------------------------------------------- resource limits
   def charge(self, nbytes: int, what: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxpr_io.errors import FormatError
+from jaxpr_io.format import dim_cost
 from jaxpr_io.format import limits
 
 
@@ -126,13 +127,40 @@ register_quantity(
     limit=f"{limits.MAX_FORMAT_ARGUMENT_NODES:,} nodes, else a `FormatError` "
           "naming the equation (payloads: whether trusted or not)")
 register_quantity(
+    name="monomials of a symbolic dimension",
+    counted="from the syntax tree of each dimension, each side of each "
+            "constraint, and each shape's size (the product of its "
+            "dimensions, which shape rules multiply out), before JAX parses "
+            "them (jaxpr_io/format/dim_cost.py): what JAX's parser forms, a "
+            "sum adding its parts, a product multiplying them, a power of a "
+            "sum of n monomials by the multinomial C(n+k-1, k), max and min "
+            "their larger argument, floordiv and mod one atom, and each "
+            "rewrite by an equality constraint its right side",
+    limit=f"{dim_cost.MAX_DIM_WORK:,} for each, else a `FormatError` naming "
+          "the dimension (its aval) or the constraint, trusted or not; "
+          f"each charged at {dim_cost.DIM_WORK_COST} bytes a monomial "
+          "against the load's budget. Equality constraints that define a "
+          "variable in terms of itself are refused")
+register_quantity(
+    name="steps of JAX's decision procedure",
+    counted="the recursions, term combinations and constraints added by "
+            "the procedure that simplifies `max` and `min` and compares "
+            "dimensions (exponential in the max, min, floordiv and mod it "
+            "combines), counted as it runs while the reader builds the "
+            "dimensions and while `check=True` type-checks them "
+            "(jaxpr_io/compat/symbolic.py)",
+    limit=f"{limits.DECISION_STEPS:,} per load, else a `FormatError` naming "
+          "the dimension or the check (no limit with `trusted=True`)")
+register_quantity(
     name="bytes decompressed from a bind source",
     counted="what the arrays the program needs declare in the source's "
             "metadata, read first (an Orbax item's tree metadata; each "
             "needed `.npz` member's `.npy` header, at most 10,000 bytes); "
             "members the program does not need are never read",
-    limit=f"{limits.MEMORY_FACTOR}x the source's size on disk + "
-          f"{limits.FIXED_OVERHEAD >> 20} MiB, checked before any array is "
+    limit=f"{limits.MEMORY_FACTOR}x the source's size on disk (each file "
+          "at the size of what a read returns: links followed, "
+          f"jaxpr_io/api/source_paths.py) + {limits.FIXED_OVERHEAD >> 20} "
+          "MiB, checked before any array is "
           "read; each `.npz` member inflated up to its declared size and no "
           "further (no limit with `trusted=True`, `jaxpr-load --trusted`)")
 

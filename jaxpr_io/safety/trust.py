@@ -37,6 +37,7 @@ import warnings
 from typing import Any, Callable
 
 from jaxpr_io.codec import registry
+from jaxpr_io.format import dim_cost
 from jaxpr_io.format import dim_grammar
 from jaxpr_io.format import limits
 from jaxpr_io.safety import printing
@@ -541,8 +542,12 @@ POLICIES: tuple[Policy, ...] = (
     Policy("symbolic dimensions and constraints", "validated",
            "the grammar of jaxpr_io/format/dim_grammar.py (integers <= 2**62, "
            "exponents <= {max_exponent}, {max_parens} levels of parentheses, "
-           "{max_dim_length} characters); constant sizes 0 to 2**62",
-           "the same"),
+           "{max_dim_length} characters); constant sizes 0 to 2**62; what "
+           "JAX builds from them bounded before it parses them (at most "
+           "{max_dim_work:,} monomials, jaxpr_io/format/dim_cost.py; no "
+           "variable defined in terms of itself) and its decision procedure "
+           "held to {decision_steps:,} steps a load",
+           "the same, with no limit on the decision procedure's steps"),
     Policy("nesting", "validated",
            "sub-jaxprs at most {jaxpr_depth} deep, param values "
            "{value_depth}, pytrees {tree_depth}",
@@ -564,6 +569,8 @@ def policy_table() -> str:
       max_exponent=dim_grammar.MAX_EXPONENT,
       max_parens=dim_grammar.MAX_NESTING,
       max_dim_length=dim_grammar.MAX_LENGTH,
+      max_dim_work=dim_cost.MAX_DIM_WORK,
+      decision_steps=limits.DECISION_STEPS,
       jaxpr_depth=limits.MAX_JAXPR_DEPTH, value_depth=limits.MAX_VALUE_DEPTH,
       tree_depth=limits.MAX_TREE_DEPTH, memory_factor=limits.MEMORY_FACTOR,
       fixed_mib=limits.FIXED_OVERHEAD >> 20, max_width=MAX_FORMAT_WIDTH,
