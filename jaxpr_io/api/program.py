@@ -57,14 +57,19 @@ class Program:
       JAX lacks and that were rebuilt from its own primitives
       (compat/polyfills.py), as (jaxpr index, equation index, primitive
       name) tuples; empty when the program is exactly the file's.
+    untrusted: whether the program was loaded without `trusted=True` (or
+      is what `bind` or `specialize` made of such a program): the ONNX and
+      LiteRT converters then charge what they would fold into constants
+      against its budget (jaxpr_io/converters/folding.py).
   """
 
   def __init__(self, closed_jaxpr, in_tree, out_tree,
                metadata: dict[str, str] | None = None, *,
                producer: dict[str, Any] | None = None,
                _verify: Callable[[], None] | None = None,
-               polyfilled: tuple = ()):
+               polyfilled: tuple = (), untrusted: bool = False):
     self._closed_jaxpr = closed_jaxpr
+    self.untrusted = bool(untrusted)
     self.polyfilled = tuple(polyfilled)
     self.in_tree = in_tree
     self.out_tree = out_tree
@@ -177,7 +182,8 @@ class Program:
         a bound input has symbolic dimensions or is a mutable ref.
     """
     closed, in_tree = binding.bind(self, args, kwargs, extra)
-    return Program(closed, in_tree, self.out_tree, self.metadata)
+    return Program(closed, in_tree, self.out_tree, self.metadata,
+                   untrusted=self.untrusted)
 
   def specialize(self, **sizes: int) -> "Program":
     """The program with the symbolic dimensions named fixed to these sizes
@@ -193,7 +199,8 @@ class Program:
         the program (the message names it).
     """
     closed = specialize.fix_dims(self.closed_jaxpr, self.in_tree, sizes)
-    return Program(closed, self.in_tree, self.out_tree, self.metadata)
+    return Program(closed, self.in_tree, self.out_tree, self.metadata,
+                   untrusted=self.untrusted)
 
   def _check_dtypes(self, flat):
     """`flat` checked against the input dtypes (jaxpr_io/api/inputs.py),
@@ -409,7 +416,8 @@ def _from_container(data_container: container.Container, check: bool,
   compat_polyfills.warn(data_container.source, rd.polyfilled, stacklevel=3)
   verify = rd.verify_pending_blobs if rd.pending_blobs else None
   program = Program(closed, in_tree, out_tree, metadata, producer=producer,
-                    _verify=verify, polyfilled=rd.polyfilled)
+                    _verify=verify, polyfilled=rd.polyfilled,
+                    untrusted=not trusted)
   if check:
     _check_inlined_size(rd, data_container.source, trusted)
     program.closed_jaxpr  # pylint: disable=pointless-statement
@@ -571,14 +579,17 @@ def loads(data: bytes, *, check: bool = False,
 
 
 def load(path: str | os.PathLike, *, check: bool = False,
-         trusted: bool = False) -> Program:
+         trusted: bool = False, mapped: bool = True) -> Program:
   """Loads a `Program` from a file written by `save`.
 
   The file is mapped, not read: constants are read-only views of the mapping,
   paged in when first used, and their checksums are verified the first time
   `closed_jaxpr` is read or the program is called. The file must not be
   modified in place while the program is alive (replacing it, as `save`
-  does, is safe). Same trust model as `loads`.
+  does, is safe): a mapped page that the file no longer has is a SIGBUS.
+  `mapped=False` reads the file into memory instead (what `jaxpr-load`
+  does): the program costs the file's size in memory and no longer depends
+  on the file. Same trust model as `loads`.
   """
-  return _from_container(container.map_file(path), check, lazy=True,
-                         trusted=trusted)
+  data = container.map_file(path) if mapped else container.read_file(path)
+  return _from_container(data, check, lazy=True, trusted=trusted)

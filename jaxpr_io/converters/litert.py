@@ -26,17 +26,27 @@ import warnings
 import numpy as np
 
 from jaxpr_io.compat import symbolic
-from jaxpr_io.converters import simplify, verify
+from jaxpr_io.converters import folding, simplify, verify
 from jaxpr_io.converters._common import as_program
 from jaxpr_io.converters.saved_model import _import_tf, to_saved_model
 from jaxpr_io.errors import UnsupportedError
+from jaxpr_io.format import files
 
 
-def to_tflite(program, path: str | os.PathLike) -> bytes:
+def to_tflite(program, path: str | os.PathLike, *,
+              trusted: bool = False) -> bytes:
   """Writes `program` as a LiteRT flatbuffer to `path` (see module doc)
-  and returns its bytes.
+  and returns its bytes. The file is written under a temporary name next
+  to `path` and renamed into place once complete: a failure leaves what
+  was at `path`, and no temporaries.
+
+  `trusted=True`: do not charge what TensorFlow's converter folds into
+  constant buffers (a program loaded without `trusted=True` is charged
+  otherwise: `converters.folding`).
 
   Raises:
+    FormatError: an untrusted program computes more from its constants
+      alone than its budget (the message names the largest equation).
     UnsupportedError: the program cannot become a SavedModel, or
       TensorFlow's converter cannot express it in LiteRT's operators (the
       message says which).
@@ -45,6 +55,8 @@ def to_tflite(program, path: str | os.PathLike) -> bytes:
   tf, _ = _import_tf()
   prog = as_program(program)
   _refuse_complex(prog)
+  folding.check(prog, f"TensorFlow {tf.__version__}'s LiteRT converter",
+                trusted)
   with tempfile.TemporaryDirectory(prefix="jaxpr_io_tflite_") as tmp:
     saved = os.path.join(tmp, "saved_model")
     to_saved_model(prog, saved, platforms=("cpu",))
@@ -61,8 +73,9 @@ def to_tflite(program, path: str | os.PathLike) -> bytes:
           f"{_static_hint(prog)}ship it as StableHLO "
           "(converters.to_exported) or a SavedModel instead") from None
   _check_resizable(tf, prog, data)
-  with open(os.fspath(path), "wb") as f:
-    f.write(data)
+  with files.replaced_file(path) as tmp:
+    with open(tmp, "wb") as f:
+      f.write(data)
   return data
 
 
@@ -157,15 +170,16 @@ def run_tflite(path: str | os.PathLike, inputs) -> list[np.ndarray]:
   return [outs[f"out{i}"] for i in range(len(outs))]
 
 
-def verify_tflite(program, path: str | os.PathLike, inputs=None
-                  ) -> verify.Verdict:
+def verify_tflite(program, path: str | os.PathLike, inputs=None, *,
+                  name: str | None = None) -> verify.Verdict:
   """Runs the model at `path` in the LiteRT interpreter on `inputs`
   (default: zeros of the program's input avals) and compares with JAX;
-  MismatchError beyond the tolerance (`converters.verify`)."""
+  MismatchError beyond the tolerance (`converters.verify`), naming the
+  artifact `name` (default: `path`)."""
   prog = as_program(program)
   inputs = (verify.example_inputs(prog.closed_jaxpr) if inputs is None
             else list(inputs))
   expected = verify.expected_outputs(prog, inputs)
   verdict = verify.compare("the LiteRT interpreter", expected,
                            run_tflite(path, inputs))
-  return verify.check(verdict, os.fspath(path))
+  return verify.check(verdict, name or os.fspath(path))

@@ -23,9 +23,10 @@ import jax
 import numpy as np
 
 from jaxpr_io import compat
-from jaxpr_io.converters import simplify, verify
+from jaxpr_io.converters import folding, simplify, verify
 from jaxpr_io.converters._common import as_program
 from jaxpr_io.errors import UnsupportedError
+from jaxpr_io.format import files
 
 # What to tell a user whose program has no handler.
 _ADVICE = ("ship it as StableHLO (converters.to_exported) or a SavedModel "
@@ -105,23 +106,32 @@ def _rename_in_subgraph(graph, mapping) -> None:
         _rename_in_subgraph(sub, mapping)
 
 
-def to_onnx(program, path: str | os.PathLike, *, opset: int | None = None):
+def to_onnx(program, path: str | os.PathLike, *, opset: int | None = None,
+            trusted: bool = False):
   """Writes `program` as an ONNX model to `path` (see module doc) and
-  returns the `onnx.ModelProto`.
+  returns the `onnx.ModelProto`. The file is written under a temporary name
+  next to `path` and renamed into place once complete: a failure leaves
+  what was at `path`, and no temporaries.
 
   Args:
     program: a `Program` or `ClosedJaxpr`.
     path: the `.onnx` file to write.
     opset: the ONNX opset; default: jax2onnx's default (21 in 0.17).
+    trusted: do not charge what jax2onnx folds into initializers (a
+      program loaded without `trusted=True` is charged otherwise:
+      `converters.folding`).
 
   Raises:
     UnsupportedError: an equation's primitive has no ONNX conversion (the
       message names the equation), or jax2onnx failed on it.
+    FormatError: an untrusted program computes more from its constants
+      alone than its budget (the message names the largest equation).
     ImportError: jax2onnx or onnx is not installed.
   """
   jax2onnx, onnx, handled = _import_jax2onnx()
   prog = as_program(program)
   check_convertible(prog, handled)
+  folding.check(prog, f"jax2onnx {_version('jax2onnx')}", trusted)
   closed = simplify.for_inference(prog)
   kwargs = {} if opset is None else {"opset": int(opset)}
   try:
@@ -139,8 +149,17 @@ def to_onnx(program, path: str | os.PathLike, *, opset: int | None = None):
           [f"arg{i}" for i in range(len(model.graph.input))])
   _rename(model, [v.name for v in model.graph.output],
           [f"out{i}" for i in range(len(model.graph.output))])
-  onnx.save(model, os.fspath(path))
+  path = os.fspath(path)
+  with files.replaced_file(path) as tmp:
+    # The format onnx.save would take from the target's extension (the
+    # temporary's is .tmp): binary protobuf unless it is a text format's.
+    onnx.save(model, tmp, format=_format_of(onnx, path))
   return model
+
+
+def _format_of(onnx, path: str) -> str | None:
+  return onnx.serialization.registry.get_format_from_file_extension(
+      os.path.splitext(path)[1])
 
 
 def run_onnx(path: str | os.PathLike, inputs) -> list[np.ndarray]:
@@ -157,14 +176,16 @@ def run_onnx(path: str | os.PathLike, inputs) -> list[np.ndarray]:
   return session.run(None, {n: np.asarray(x) for n, x in zip(names, inputs)})
 
 
-def verify_onnx(program, path: str | os.PathLike, inputs=None
-                ) -> verify.Verdict:
+def verify_onnx(program, path: str | os.PathLike, inputs=None, *,
+                name: str | None = None) -> verify.Verdict:
   """Runs the model at `path` in ONNX Runtime on `inputs` (default: zeros
   of the program's input avals) and compares with JAX; MismatchError
-  beyond the tolerance (`converters.verify`)."""
+  beyond the tolerance (`converters.verify`), naming the artifact `name`
+  (default: `path`; a model checked under a temporary name before it is
+  renamed into place is named by its target)."""
   prog = as_program(program)
   inputs = (verify.example_inputs(prog.closed_jaxpr) if inputs is None
             else list(inputs))
   expected = verify.expected_outputs(prog, inputs)
   verdict = verify.compare("onnxruntime", expected, run_onnx(path, inputs))
-  return verify.check(verdict, os.fspath(path))
+  return verify.check(verdict, name or os.fspath(path))

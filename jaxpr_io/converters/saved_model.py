@@ -41,6 +41,7 @@ from jaxpr_io.compat import symbolic
 from jaxpr_io.converters._common import as_program, check_platforms
 from jaxpr_io.converters.stablehlo import to_exported
 from jaxpr_io.errors import UnsupportedError
+from jaxpr_io.format import files
 
 
 def _import_tf():
@@ -130,6 +131,30 @@ def _stablehlo_target(tf) -> str | None:
   return None
 
 
+# What `tf.saved_model.save` writes into a SavedModel directory.
+_SAVED_MODEL_ENTRIES = frozenset({
+    "saved_model.pb", "saved_model.pbtxt", "variables", "assets",
+    "fingerprint.pb", "keras_metadata.pb"})
+
+
+def _check_replaceable(export_dir: str) -> None:
+  """FileExistsError for an `export_dir` that the SavedModel would replace
+  but that is no SavedModel (a directory of other files, which TensorFlow
+  used to write into, and which replacing it would delete)."""
+  try:
+    entries = set(os.listdir(export_dir))
+  except (FileNotFoundError, NotADirectoryError):
+    return  # missing (created), or a file (files.replaced_directory says)
+  if entries and not (entries <= _SAVED_MODEL_ENTRIES and entries & {
+      "saved_model.pb", "saved_model.pbtxt"}):
+    shown = ", ".join(sorted(entries - _SAVED_MODEL_ENTRIES)[:3]
+                      or sorted(entries)[:3])
+    raise FileExistsError(
+        f"cannot write a SavedModel to {export_dir}: it holds files that "
+        f"are not a SavedModel's ({shown}), and a SavedModel replaces its "
+        "directory as a whole; give a new or empty directory")
+
+
 def _poly_spec(aval) -> str | None:
   if not any(type(d) is symbolic.DimExpr for d in aval.shape):
     return None
@@ -158,6 +183,19 @@ def _with_consts(jaxpr, in_tree):
   return with_consts
 
 
+def _save(tf, module, concrete, export_dir, with_gradient: bool) -> None:
+  """Saves `module` into a temporary directory next to `export_dir`, which
+  then takes its place (`files.replaced_directory`); missing parents are
+  created, as TensorFlow creates them (models/NAME/1)."""
+  options = tf.saved_model.SaveOptions(
+      experimental_custom_gradients=with_gradient)
+  os.makedirs(os.path.dirname(os.path.abspath(export_dir)), exist_ok=True)
+  with files.replaced_directory(export_dir) as tmp:
+    tf.saved_model.save(module, tmp,
+                        signatures={"serving_default": concrete},
+                        options=options)
+
+
 def to_saved_model(program, export_dir: str | os.PathLike, *,
                    with_gradient: bool = False,
                    platforms: Sequence[str] | None = None) -> None:
@@ -171,12 +209,20 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
     platforms: lowering platforms, e.g. `("cpu", "cuda")`; default: this
       process's default backend.
 
+  The SavedModel is built in a temporary directory next to `export_dir`
+  and takes its place only once it is complete (`files.replaced_directory`:
+  one atomic exchange on Linux); a failure leaves `export_dir` as it was,
+  and no temporaries. An `export_dir` that exists must be empty or a
+  SavedModel (it is replaced as a whole).
+
   Raises:
     UnsupportedError: the program cannot be lowered (e.g. it calls a host
       callback), or TensorFlow's StableHLO version cannot express it; the
       message names the cause.
+    FileExistsError: `export_dir` holds files and is not a SavedModel.
   """
   check_platforms(platforms)
+  _check_replaceable(os.fspath(export_dir))
   tf, jax2tf = _import_tf()
   prog = as_program(program)
   _check_runnable_in_tf(prog, platforms)
@@ -221,11 +267,7 @@ def to_saved_model(program, export_dir: str | os.PathLike, *,
         raise UnsupportedError(
             f"the program cannot be converted to a SavedModel: "
             f"{type(e).__name__}: {e}") from None
-      options = tf.saved_model.SaveOptions(
-          experimental_custom_gradients=with_gradient)
-      tf.saved_model.save(module, os.fspath(export_dir),
-                          signatures={"serving_default": concrete},
-                          options=options)
+      _save(tf, module, concrete, export_dir, with_gradient)
   except compat_export.TargetVersionError as e:
     raise UnsupportedError(
         f"TensorFlow {tf.__version__} reads StableHLO up to {target}, older "

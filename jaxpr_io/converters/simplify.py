@@ -57,7 +57,7 @@ def _is_debug_only(eqn, used) -> bool:
           v in used for v in eqn.outvars if type(v) is compat.Var)
 
 
-def _body(eqn):
+def inlined_body(eqn):
   """The inlinable body of `eqn` as (jaxpr, consts), or None."""
   param = INLINED.get(eqn.primitive.name)
   body = eqn.params.get(param) if param else None
@@ -72,7 +72,7 @@ def _body(eqn):
   return jaxpr, consts
 
 
-def _sub_jaxprs(eqn):
+def sub_jaxprs(eqn):
   """(param, index or None, closed jaxpr) of each closed sub-jaxpr param."""
   for name, value in eqn.params.items():
     if vocabulary.holds_open_jaxpr(eqn.primitive.name, name):
@@ -93,7 +93,7 @@ def needs_simplifying(jaxpr) -> bool:
         e in compat_callbacks.DEBUG_EFFECTS for e in eqn.effects or ()) and (
             eqn.effects):
       return True
-    if any(needs_simplifying(sub) for _, _, sub in _sub_jaxprs(eqn)):
+    if any(needs_simplifying(sub) for _, _, sub in sub_jaxprs(eqn)):
       return True
   return False
 
@@ -114,7 +114,7 @@ def _retrace(closed):
 
 def _simplified_params(eqn) -> dict:
   params = dict(eqn.params)
-  for name, index, sub in _sub_jaxprs(eqn):
+  for name, index, sub in sub_jaxprs(eqn):
     if not needs_simplifying(sub):
       continue
     new = _retrace(sub)
@@ -143,7 +143,7 @@ def _evaluate(jaxpr, consts, args) -> list:
     if _is_debug_only(eqn, used):
       continue
     invals = [read(a) for a in eqn.invars]
-    body = _body(eqn)
+    body = inlined_body(eqn)
     if body is not None:
       sub, sub_consts = body
       if sub_consts or len(sub.invars) == len(invals):
@@ -185,10 +185,10 @@ def walk(closed, where: str = "") -> Iterator[tuple[str, object]]:
     place = f"{where} > {i}" if where else f"equation {i}"
     if _is_debug_only(eqn, used):
       continue
-    body = _body(eqn)
+    body = inlined_body(eqn)
     if body is not None:
       yield from walk(body[0], f"{place} ({eqn.primitive.name})")
       continue
     yield place, eqn
-    for _, _, sub in _sub_jaxprs(eqn):
+    for _, _, sub in sub_jaxprs(eqn):
       yield from walk(sub, f"{place} ({eqn.primitive.name})")

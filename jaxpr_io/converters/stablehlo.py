@@ -10,6 +10,7 @@ import jax
 from jaxpr_io.converters._common import (as_program, check_platforms,
                                          input_specs)
 from jaxpr_io.errors import UnsupportedError
+from jaxpr_io.format import files
 
 
 def to_exported(program, *, platforms: Sequence[str] | None = None,
@@ -49,6 +50,10 @@ def save_exported(program, path: str | os.PathLike, *,
 
   The bytes load with `jax.export.deserialize` (which needs the `flatbuffers`
   package) in any process, without jaxpr_io.
+
+  Both files are written under temporary names next to them and renamed
+  into place once both are complete (the text, then the bytes): a failure
+  leaves the files that were there before, and no temporaries.
   """
   exported = to_exported(program, platforms=platforms)
   try:
@@ -64,8 +69,10 @@ def save_exported(program, path: str | os.PathLike, *,
         f"the exported program cannot be serialized with vjp_order="
         f"{vjp_order}: {type(e).__name__}: {e}") from None
   path = os.fspath(path)
-  with open(path, "wb") as f:
-    f.write(data)
-  with open(path + ".mlir", "w") as f:
-    f.write(exported.mlir_module())
+  with files.replaced_file(path) as tmp, \
+      files.replaced_file(path + ".mlir") as tmp_mlir:
+    with open(tmp, "wb") as f:
+      f.write(data)
+    with open(tmp_mlir, "w") as f:
+      f.write(exported.mlir_module())
   return exported

@@ -199,6 +199,18 @@ class Container:
     return view
 
 
+def read_file(path: str | os.PathLike) -> Container:
+  """Reads `path` into memory: unlike a mapping, the bytes do not change
+  when the file is rewritten in place afterwards (a change during the read
+  fails the header's bounds or a checksum: FormatError)."""
+  path = os.fspath(path)
+  with open(path, "rb") as f:
+    if os.fstat(f.fileno()).st_size == 0:
+      raise FormatError(f"{path}: the file is empty")
+    data = f.read()
+  return Container(data, source=path)
+
+
 def map_file(path: str | os.PathLike) -> Container:
   """Maps `path` read-only; array data is paged in when first read."""
   path = os.fspath(path)

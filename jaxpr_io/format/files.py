@@ -2,19 +2,27 @@
 directory (an anonymous `O_TMPFILE` where Linux has one), written with the
 data section overlapping its checksums, fsynced and renamed into place.
 A crash leaves the old file or the new one, and no temporary outlives its
-process."""
+process.
+
+The converters' artifacts, written by other libraries to a path they are
+given, take the same way (`replaced_file`, `replaced_directory`): built and
+checked under a temporary name next to the target, renamed into place only
+when the caller's block succeeds.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import queue
 import re
+import shutil
 import socket
 import stat
 import sys
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 from jaxpr_io.format import container
 from jaxpr_io.format import crc
@@ -63,12 +71,7 @@ def write_file(path: str | os.PathLike, program: bytes | container.PendingProgra
   the blobs' checksums; the header and the finished message are written
   last, at the start of the file. The bytes are those of `to_bytes`."""
   path = os.fspath(path)
-  directory, base = os.path.split(os.path.abspath(path))
-  if not os.path.isdir(directory):
-    # Named here: the error would otherwise name the temporary file.
-    raise FileNotFoundError(
-        errno.ENOENT, f"cannot write {path}: no such directory "
-        f"{os.path.dirname(path) or directory}", path)
+  directory, base = _target(path)
   mode = _mode_for(path)
   _remove_stale_temporaries(directory, base)
   if _use_tmpfile and hasattr(os, "O_TMPFILE"):
@@ -93,6 +96,18 @@ def write_file(path: str | os.PathLike, program: bytes | container.PendingProgra
     _unlink_quietly(tmp)
     raise
   _rename_into_place(tmp, path, directory)
+
+
+def _target(path: str) -> tuple[str, str]:
+  """(directory, name) of `path`; FileNotFoundError naming the user's path
+  if the directory is missing (the error would otherwise name the
+  temporary file)."""
+  directory, base = os.path.split(os.path.abspath(path))
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(
+        errno.ENOENT, f"cannot write {path}: no such directory "
+        f"{os.path.dirname(path) or directory}", path)
+  return directory, base
 
 
 def _write_anonymous(directory: str, base: str, program, layout,
@@ -199,8 +214,14 @@ def _remove_stale_temporaries(directory: str, base: str) -> None:
 
 
 def _unlink_quietly(name: str) -> None:
+  """Removes the temporary `name`: a file, or a directory tree (a staged
+  SavedModel, or the one it replaced); a symlink is unlinked, never
+  followed."""
   try:
-    os.unlink(name)
+    if stat.S_ISDIR(os.lstat(name).st_mode):
+      shutil.rmtree(name, ignore_errors=True)
+    else:
+      os.unlink(name)
   except OSError:
     pass
 
@@ -216,6 +237,120 @@ def _rename_into_place(tmp: str, path: str, directory: str) -> None:
     os.fsync(dir_fd)
   finally:
     os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def replaced_file(path: str | os.PathLike) -> Iterator[str]:
+  """A temporary name next to `path`, for a library that writes a file to
+  a path it is given (a converter's artifact). The block writes the file
+  there, and may check it; when the block returns, the file is fsynced,
+  gets the permission bits of the file it replaces (else the umask's
+  default) and is renamed over `path`. When the block raises, the
+  temporary is removed and `path` is left as it was. Temporaries are named
+  as `write_file`'s (`.NAME.jaxpr_io-HOST-PID-RANDOM.tmp`), so the next
+  write of `path` removes one that a killed process left."""
+  path = os.fspath(path)
+  directory, base = _target(path)
+  if os.path.isdir(path):
+    raise IsADirectoryError(errno.EISDIR, f"cannot write {path}: it is a "
+                            "directory", path)
+  mode = _mode_for(path)
+  _remove_stale_temporaries(directory, base)
+  tmp = _temp_name(directory, base)
+  try:
+    yield tmp
+    fd = os.open(tmp, os.O_RDONLY | _O_CLOEXEC)
+    try:
+      os.fchmod(fd, mode)
+      os.fsync(fd)
+    finally:
+      os.close(fd)
+  except BaseException:
+    _unlink_quietly(tmp)
+    raise
+  _rename_into_place(tmp, path, directory)
+
+
+@contextlib.contextmanager
+def replaced_directory(path: str | os.PathLike) -> Iterator[str]:
+  """As `replaced_file`, for an artifact that is a directory (a
+  SavedModel): the block fills an empty temporary directory next to
+  `path`, which then takes `path`'s place: renamed over it if `path` is
+  missing or an empty directory, else exchanged with it in one step
+  (Linux's `renameat2(RENAME_EXCHANGE)`), the old tree then removed. Where
+  the exchange is unavailable (other systems, filesystems that refuse it),
+  the old directory is renamed aside and the new one into place: between
+  those two renames `path` is absent. A symlink to a directory is followed
+  (the directory it names is replaced); a `path` that is anything else but
+  a directory is refused before the block runs."""
+  path = os.fspath(path)
+  if os.path.islink(path) and os.path.isdir(path):
+    path = os.path.realpath(path)
+  directory, base = _target(path)
+  if os.path.lexists(path) and not os.path.isdir(path):
+    raise NotADirectoryError(errno.ENOTDIR, f"cannot write {path}: it "
+                             "exists and is not a directory", path)
+  _remove_stale_temporaries(directory, base)
+  tmp = _temp_name(directory, base)
+  os.mkdir(tmp)
+  try:
+    yield tmp
+  except BaseException:
+    _unlink_quietly(tmp)
+    raise
+  _swap_into_place(tmp, path, directory, base)
+
+
+def _swap_into_place(tmp: str, path: str, directory: str, base: str) -> None:
+  """Puts the directory `tmp` at `path` (see `replaced_directory`)."""
+  try:
+    os.rename(tmp, path)  # `path` missing or empty: one atomic step
+  except OSError as e:
+    if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+      _unlink_quietly(tmp)
+      raise
+    if not _exchange(tmp, path):
+      old = _temp_name(directory, base)
+      os.rename(path, old)
+      try:
+        os.rename(tmp, path)
+      except BaseException:
+        os.rename(old, path)
+        _unlink_quietly(tmp)
+        raise
+      tmp = old
+    _unlink_quietly(tmp)  # the old tree, now at the temporary name
+  dir_fd = os.open(directory, os.O_RDONLY)
+  try:
+    os.fsync(dir_fd)
+  finally:
+    os.close(dir_fd)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: str, b: str) -> bool:
+  """Swaps the paths `a` and `b` atomically (`renameat2` with
+  RENAME_EXCHANGE); False where the system or filesystem cannot."""
+  if not sys.platform.startswith("linux"):
+    return False
+  try:
+    import ctypes  # pylint: disable=g-import-not-at-top
+    function = ctypes.CDLL(None, use_errno=True).renameat2
+  except (ImportError, OSError, AttributeError):
+    return False  # a libc without renameat2 (glibc < 2.28)
+  function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                       ctypes.c_char_p, ctypes.c_uint]
+  function.restype = ctypes.c_int
+  if function(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
+              _RENAME_EXCHANGE) == 0:
+    return True
+  code = ctypes.get_errno()
+  if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+    return False
+  raise OSError(code, f"cannot replace {b}: {os.strerror(code)}", b)
 
 
 def _write_contents(fd: int, program: bytes | container.PendingProgram,

@@ -164,6 +164,23 @@ register_quantity(
           "read; each `.npz` member inflated up to its declared size and no "
           "further (no limit with `trusted=True`, `jaxpr-load --trusted`)")
 
+register_quantity(
+    name="constants a conversion folds",
+    counted="the output bytes of every equation whose inputs are all "
+            "literals or constants, the outputs of such equations counting "
+            "as constants in turn (an iota, a broadcast of a literal, and "
+            "their consumers), through the calls the converters inline, and "
+            "once per loop body or branch (jaxpr_io/converters/folding.py): "
+            "what `converters.to_onnx` (jax2onnx's initializers) and "
+            "`converters.to_tflite` (TensorFlow's constant folding) may "
+            "materialize",
+    limit=f"{limits.MEMORY_FACTOR}x the bytes of the program's constants + "
+          f"{limits.FIXED_OVERHEAD >> 20} MiB, checked before the converter "
+          "runs, else a `FormatError` naming the largest such equation (no "
+          "limit for a program loaded with `trusted=True` or traced in the "
+          "process, nor with the converter's `trusted=True`; "
+          "`to_exported` and `to_saved_model` fold nothing)")
+
 
 def checked_equations_limit(stored_size: int, trusted: bool) -> int:
   """How much `check=True` walks at most, in the units of the "inlined

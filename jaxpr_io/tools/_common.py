@@ -3,13 +3,15 @@ escaping of what they print."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import sys
 import time
 import traceback
 import warnings
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from jaxpr_io.errors import JaxprIoError
 
@@ -44,6 +46,84 @@ def escape(text: str, *, lines: bool = False) -> str:
 def say(text: str = "", *, file=None) -> None:
   """Prints `text` (possibly several lines) escaped."""
   print(escape(text, lines=True), file=file)
+
+
+class _EscapedStream:
+  """A text stream that passes on what it is given with every control
+  character escaped (`escape(lines=True)`); everything else is the
+  wrapped stream's."""
+
+  def __init__(self, stream):
+    self._stream = stream
+
+  def write(self, text: str) -> int:
+    # Escaping is per character, so text split across writes (print's
+    # text, then its newline) escapes as the whole would.
+    self._stream.write(escape(text, lines=True))
+    return len(text)
+
+  def writelines(self, lines) -> None:
+    for line in lines:
+      self.write(line)
+
+  def __getattr__(self, name):
+    return getattr(self._stream, name)
+
+
+class _EscapedRecords(logging.Filter):
+  """Escapes, in place, the text of a record that a program logs: its
+  message with its arguments, the names a stored record carries (a trusted
+  file's `jax.debug.log` keeps its logger name and source location), and
+  the traceback text of a failed callback's report."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    try:
+      message = record.getMessage()
+    except Exception:  # pylint: disable=broad-except
+      # Arguments the message cannot take: logging would report the
+      # formatting error; the text is what there is.
+      message = f"{record.msg} {record.args}"
+    record.msg, record.args = escape(message, lines=True), ()
+    for name in ("name", "pathname", "filename", "module", "funcName"):
+      value = getattr(record, name, None)
+      if isinstance(value, str):
+        setattr(record, name, escape(value))
+    if record.exc_info and not record.exc_text:
+      record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+      record.exc_text = escape(record.exc_text, lines=True)
+    if record.stack_info:
+      record.stack_info = escape(record.stack_info, lines=True)
+    return True
+
+
+# The loggers through which JAX hands on what a program logs:
+# `jax.debug.log`'s records (`logger.handle` of the stored record) and the
+# reports of callbacks that failed, which quote their error.
+PROGRAM_LOGGERS = ("jax._src.debugging", "jax._src.callback")
+
+
+@contextlib.contextmanager
+def escaped_output() -> Iterator[None]:
+  """While the block runs, what reaches `sys.stdout` and `sys.stderr` (a
+  program's `jax.debug.print` output, JAX writes it there; log records of
+  handlers that write to them) is escaped, and so is every record of JAX's
+  program loggers, whatever handler takes it: text from a file, never
+  terminal control sequences. Restored afterwards: a Python caller of the
+  library sees what the program prints as it is."""
+  stdout, stderr = sys.stdout, sys.stderr
+  records = _EscapedRecords()
+  loggers = [logging.getLogger(name) for name in PROGRAM_LOGGERS]
+  sys.stdout, sys.stderr = (s if s is None else _EscapedStream(s)
+                            for s in (stdout, stderr))
+  for logger in loggers:
+    logger.addFilter(records)
+  try:
+    yield
+  finally:
+    for logger in loggers:
+      logger.removeFilter(records)
+    sys.stdout, sys.stderr = stdout, stderr
 
 
 class CliError(Exception):
@@ -115,8 +195,8 @@ def run_main(prog: str, body: Callable[[Sequence[str]], int],
   warnings.formatwarning = _escaped_warning
   try:
     return body(argv)
-  except (CliError, FileNotFoundError, IsADirectoryError,
-          PermissionError) as e:
+  except (CliError, FileNotFoundError, FileExistsError, IsADirectoryError,
+          NotADirectoryError, PermissionError) as e:
     if debug:
       raise
     _error(prog, str(e))

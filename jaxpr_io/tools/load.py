@@ -15,7 +15,9 @@ import numpy as np
 import jaxpr_io
 from jaxpr_io import compat
 from jaxpr_io.converters._common import PLATFORMS
-from jaxpr_io.tools._common import CliError, escape, run_main, say, stage
+from jaxpr_io.format import files
+from jaxpr_io.tools._common import (CliError, escape, escaped_output,
+                                    run_main, say, stage)
 
 PROG = "jaxpr-load"
 EPILOG = """\
@@ -328,30 +330,35 @@ def _flat_signature(prog):
 
 
 def convert_for_runtimes(prog, args) -> None:
-  """--to-onnx and --to-tflite: each artifact written, then run in its own
-  runtime on the --run inputs (or zeros) and compared with JAX."""
+  """--to-onnx and --to-tflite: each artifact written under a temporary
+  name next to its path, run there in its own runtime on the --run inputs
+  (or zeros) and compared with JAX, and renamed into place only once it
+  matches (with --no-verify, once written): a failure leaves what was at
+  the path, and no temporaries."""
   # lazy: import time (the converters import jax2onnx and TensorFlow).
   from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
   inputs = read_inputs(prog, args.run) if args.run else None
   jobs = []
   if args.to_onnx:
     jobs.append((args.to_onnx, "ONNX model", "onnxruntime",
-                 lambda: converters.to_onnx(prog, args.to_onnx,
-                                            opset=args.opset),
+                 lambda tmp: converters.to_onnx(prog, tmp,
+                                                opset=args.opset),
                  converters.verify_onnx))
   if args.to_tflite:
     jobs.append((args.to_tflite, "LiteRT model", "the LiteRT interpreter",
-                 lambda: converters.to_tflite(prog, args.to_tflite),
+                 lambda tmp: converters.to_tflite(prog, tmp),
                  converters.verify_tflite))
   for path, what, runtime, write, check in jobs:
-    with stage(PROG, f"writing {what} {path}"):
-      write()
+    verdict = None
+    with files.replaced_file(path) as tmp:
+      with stage(PROG, f"writing {what} {path}"):
+        write(tmp)
+      if not args.no_verify:
+        with stage(PROG, f"checking {path} in {runtime}"):
+          verdict = check(prog, tmp, inputs, name=path)
     print(f"wrote {what} {path} ({os.path.getsize(path):,} bytes)")
-    if args.no_verify:
-      continue
-    with stage(PROG, f"checking {path} in {runtime}"):
-      verdict = check(prog, path, inputs)
-    print(f"{path}: {verdict.line()}")
+    if verdict is not None:
+      print(f"{path}: {verdict.line()}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -455,7 +462,7 @@ def _main(argv: Sequence[str]) -> int:
             or args.output or binds or dims):
       return 0
   with stage(PROG, f"loading {args.file}"):
-    prog = jaxpr_io.load(args.file, check=args.check, trusted=args.trusted)
+    prog = load_file(args.file, check=args.check, trusted=args.trusted)
   if dims:
     prog = specialize(prog, dims)
   if binds:
@@ -498,8 +505,36 @@ def _main(argv: Sequence[str]) -> int:
   return 0
 
 
+def load_file(path: str, *, check: bool, trusted: bool):
+  """The program of FILE, read into memory rather than mapped (what
+  `jaxpr_io.load` does by default): jaxpr-load loads and runs in one go,
+  and a file rewritten in place meanwhile (a job saving over it without a
+  rename) must not crash it with SIGBUS at the first use of a constant. A
+  change during the read fails a checksum: a one-line FormatError."""
+  return jaxpr_io.load(path, check=check, trusted=trusted, mapped=False)
+
+
+def _escaped_main(argv: Sequence[str]) -> int:
+  """`_main` with what the program prints or logs escaped
+  (`escaped_output`): the file chooses it."""
+  with escaped_output():
+    try:
+      return _main(argv)
+    finally:
+      _wait_for_effects()
+
+
+def _wait_for_effects() -> None:
+  """Waits for the program's pending debug prints (JAX runs them on a
+  callback thread), so that they are written while the output is escaped."""
+  try:
+    jax.effects_barrier()
+  except Exception:  # pylint: disable=broad-except
+    pass  # the error being raised, if any, is the one to report
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-  return run_main(PROG, _main, argv)
+  return run_main(PROG, _escaped_main, argv)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,31 @@ def _serving(export_dir):
   return tf.saved_model.load(str(export_dir)).signatures["serving_default"]
 
 
+def _temporaries(directory) -> list[str]:
+  return sorted(n for n in os.listdir(directory) if ".jaxpr_io-" in n)
+
+
+def test_save_exported_writes_both_files_or_neither(tmp_path, monkeypatch):
+  path = tmp_path / "p.exported"
+  path.write_bytes(b"old")
+  (tmp_path / "p.exported.mlir").write_text("old")
+  prog = _loaded(lambda x: x * 2, np.ones(3, np.float32))
+
+  def fail(self):
+    raise RuntimeError("no text")
+  with monkeypatch.context() as m:
+    m.setattr(jax.export.Exported, "mlir_module", fail)
+    with pytest.raises(RuntimeError, match="no text"):
+      converters.save_exported(prog, path)
+  assert path.read_bytes() == b"old"
+  assert (tmp_path / "p.exported.mlir").read_text() == "old"
+  assert _temporaries(tmp_path) == []
+  converters.save_exported(prog, path)
+  restored = jax.export.deserialize(path.read_bytes())
+  _close(restored.call(np.ones(3, np.float32)), np.full(3, 2, np.float32))
+  assert "stablehlo" in (tmp_path / "p.exported.mlir").read_text()
+
+
 # TensorFlow's XLA lacks jaxlib's LAPACK kernels, so the SavedModel linear
 # algebra case uses the jnp.linalg functions that lower to plain HLO.
 SAVED_MODEL_CASES = dict(CASES, linalg=models.linalg_hlo)
@@ -200,6 +225,23 @@ def test_saved_model_keeps_weights_out_of_the_graph(tmp_path):
   var_bytes = sum(os.path.getsize(tmp_path / "sm" / "variables" / f)
                   for f in os.listdir(tmp_path / "sm" / "variables"))
   assert var_bytes >= 100 * 2**20
+
+
+@needs_tf
+def test_saved_model_replaces_a_saved_model_directory_only(tmp_path):
+  x = np.ones(3, np.float32)
+  other = tmp_path / "other"
+  other.mkdir()
+  (other / "notes.txt").write_text("mine")
+  with pytest.raises(FileExistsError,
+                     match=r"notes\.txt.*give a new or empty directory"):
+    converters.to_saved_model(_loaded(lambda x: x * 2, x), other)
+  assert os.listdir(other) == ["notes.txt"]
+  sm = tmp_path / "models" / "m" / "1"  # parents are created
+  converters.to_saved_model(_loaded(lambda x: x * 2, x), sm)
+  converters.to_saved_model(_loaded(lambda x: x * 3, x), sm)
+  _close(_serving(sm)(arg0=tf.constant(x))["out0"].numpy(), 3 * x)
+  assert _temporaries(sm.parent) == []
 
 
 @needs_tf
