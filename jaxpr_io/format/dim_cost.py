@@ -258,6 +258,8 @@ def _refuse_cycles(constraints: Sequence[str]) -> None:
     where.setdefault(names[0], i)
   state: dict[str, int] = {}  # 1: on the path, 2: done
   for start in edges:
+    if start in state:
+      continue
     stack = [(start, iter(sorted(edges[start])))]
     state[start] = 1
     while stack:
