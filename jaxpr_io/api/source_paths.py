@@ -138,6 +138,13 @@ def orbax_keys(root: str) -> list[str]:
   """The parameter names Orbax derives from the item's `_METADATA` (its
   tree's keys joined with '.'), and every key in it, without Orbax."""
   path = os.path.join(root, "_METADATA")
+  if not os.path.lexists(path):
+    # A step directory or a checkpoint root; an item without tree metadata
+    # would make Orbax open paths no metadata here names, so it is refused.
+    raise SourceError(
+        f"{root} has no Orbax tree metadata (_METADATA); give a checkpoint "
+        "item directory such as ckpt/7/state, not the step or the "
+        "checkpoint root")
   check_inside(path, root, "_METADATA")
   size = os.path.getsize(path)
   if size > MAX_METADATA_BYTES:
