@@ -24,7 +24,6 @@ from jaxlib import gpu_rnn
 import jaxpr_io
 from jaxpr_io.safety import trust
 from jaxpr_io.safety import validate
-from tests.support.roundtrip import assert_roundtrip
 
 _SIZES = "compute_rnn_workspace_reserve_space_sizes"
 BATCH, TIME, IN, HIDDEN, LAYERS = 2, 3, 4, 5, 1
@@ -78,7 +77,10 @@ def test_lstm_and_its_gradient_round_trip_from_trusted_files(traced):
   assert "rnn_fwd" in _primitives(programs["lstm"])
   assert {"rnn_fwd", "rnn_bwd"} <= _primitives(programs["grad"])
   for name, prog in programs.items():
-    loaded = assert_roundtrip(prog, check=False)  # trusted: our own bytes
+    # From the bytes written with the stand-in (dumping `prog` again here
+    # would trace lstm's rules without it): trusted, our own bytes.
+    loaded = jaxpr_io.loads(data[name], trusted=True)
+    assert str(loaded) == str(prog)
     assert jaxpr_io.dumps(loaded) == data[name]
     (fwd,) = [e for j in validate.walk_jaxprs(loaded.closed_jaxpr.jaxpr)
               for e in j.eqns if e.primitive.name == "rnn_fwd"]
