@@ -34,26 +34,37 @@ needs_runtimes = pytest.mark.skipif(
         "jax2onnx", "onnxruntime", "tensorflow", "ai_edge_litert")),
     reason="needs jax2onnx, onnxruntime, tensorflow and ai-edge-litert")
 
-# Before the limit: one conversion of each kind, so that the imports and
-# the converters' first-use set-up are not counted as the case's.
-_WARM_CONVERTERS = """
+# Before the limit: the converters' imports, and a first conversion of
+# each kind a case runs (it sets up what every later one reuses), so that
+# neither is counted as the case's.
+_WARM = {
+    "imports": "converters.onnx_model._import_jax2onnx(); "
+               "converters.saved_model._import_tf()",
+    "onnx": "converters.to_onnx(_warm, _dir + '/w.onnx'); "
+            "converters.verify_onnx(_warm, _dir + '/w.onnx')",
+    "tflite": "converters.to_tflite(_warm, _dir + '/w.tflite'); "
+              "converters.verify_tflite(_warm, _dir + '/w.tflite')",
+    "exported": "converters.save_exported(_warm, _dir + '/w.exported')",
+}
+_WARM_PRELUDE = """
     import tempfile
     from jaxpr_io import converters
     _warm = jaxpr_io.trace(lambda a: a * 2, np.ones(2, np.float32))
     with tempfile.TemporaryDirectory() as _dir:
-      converters.to_onnx(_warm, _dir + "/w.onnx")
-      converters.verify_onnx(_warm, _dir + "/w.onnx")
-      converters.to_tflite(_warm, _dir + "/w.tflite")
-      converters.verify_tflite(_warm, _dir + "/w.tflite")
-      converters.save_exported(_warm, _dir + "/w.exported")
 """
 
+# Warmed up, these conversions take a second or so (TensorFlow's most),
+# more on a loaded machine: the bound catches one that hangs or grows.
+_CONVERSION_SECONDS = 60
 
-def run_converting(code: str, *args, timeout: float = 400):
-  """`run_limited`, with the converters warmed up before the limit."""
+
+def run_converting(code: str, *args, warm=("imports",), timeout=1200):
+  """`run_limited`, with the converters of `warm` (keys of _WARM) warmed
+  up before the limit."""
+  warming = _WARM_PRELUDE + "".join(f"      {_WARM[k]}\n" for k in warm)
   limited = io_cases._LIMITED.replace(  # pylint: disable=protected-access
       "    import jaxpr_io.tools.load\n",
-      "    import jaxpr_io.tools.load\n" + _WARM_CONVERTERS, 1)
+      "    import jaxpr_io.tools.load\n" + warming, 1)
   assert limited != io_cases._LIMITED  # pylint: disable=protected-access
   return run_child(limited + code + "\n    report()\n", *args,
                    timeout=timeout, env={"MALLOC_ARENA_MAX": "2"})
@@ -99,7 +110,7 @@ def test_what_a_program_prints_under_the_cli_is_escaped(tmp_path):
   # Log records at INFO reach a handler made before the CLI runs (it holds
   # the real stderr), as an application's logging set-up would.
   child = run_converting("    logging.basicConfig(level=logging.INFO)\n"
-                         + _CLI_RAW, *runs)
+                         + _CLI_RAW, *runs, warm=("imports", "onnx"))
   assert child.rc == 0, str(child)
   assert child.lines("RC:") == ["0"] * 3, str(child)
   for stream in (child.out, child.err):
@@ -119,7 +130,7 @@ def test_what_a_program_prints_under_the_cli_is_escaped(tmp_path):
   """, path)
   assert plain.rc == 0 and "fmt\x1b]0;pwned\x07" in plain.out, str(plain)
   io_cases.assert_within(child, io_cases.budget_mib(len(printing_file())),
-                         seconds=90)
+                         seconds=_CONVERSION_SECONDS)
 
 
 # ========================================= 2. a conversion that fails
@@ -205,7 +216,8 @@ def test_a_failed_conversion_leaves_the_previous_artifact(tmp_path):
       f"FSIZE|{weights}|--to-exported|{d}/e.exported",
       f"FSIZE|{weights}|--to-saved-model|{d}/sm",
   ]
-  child = run_converting(_FSIZE_CHILD, *runs)
+  child = run_converting(_FSIZE_CHILD, *runs,
+                         warm=("onnx", "tflite", "exported"))
   results = child.lines("RC:")
   assert len(results) == len(runs), str(child)
   for argv, result in zip(runs, results):
@@ -223,7 +235,7 @@ def test_a_failed_conversion_leaves_the_previous_artifact(tmp_path):
   assert sorted(os.listdir(d / "sm")) == ["saved_model.pb", "variables"]
   assert _temporaries(d) == [] and _temporaries(d / "sm") == []
   io_cases.assert_within(child, io_cases.budget_mib(len(weights_file())),
-                         seconds=120)
+                         seconds=_CONVERSION_SECONDS)
 
 
 @needs_runtimes
@@ -234,7 +246,8 @@ def test_a_conversion_that_passes_replaces_the_artifact(tmp_path):
   _old_artifacts(d)
   runs = [f"{cast}|--to-onnx|{d}/m.onnx|--to-tflite|{d}/m.tflite",
           f"{weights}|--to-exported|{d}/e.exported|--to-saved-model|{d}/sm"]
-  child = run_converting(_FSIZE_CHILD, *runs)
+  child = run_converting(_FSIZE_CHILD, *runs,
+                         warm=("onnx", "tflite", "exported"))
   assert child.lines("RC:") == ["0", "0"], str(child)
   from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
   x = np.array([1.5, -2.5, 0, 7], np.float32)

@@ -136,6 +136,12 @@ original does (`RaisingRule`; added in format version 4). A forward or
 backward rule that cannot be traced at the call's types raises
 `UnsupportedError` naming the function and the cause.
 
+Typing. Each stored jaxpr MUST have the types its use site implies (the
+equation's inputs and outputs, their tangent and cotangent types, the
+residuals the other rule returns or takes, the ref's definition's); the
+reader refuses a file where one does not (rule_types.py, and the table
+"Typing of stored rules" in docs/trust-model.md).
+
 Modules: jaxpr_io/families/custom_rules/common.py (what both kinds of rules share:
 patterns, keys, raising rules, loaded rules), jaxpr_io/families/custom_rules/jvp.py and
 jaxpr_io/families/custom_rules/vjp.py (each kind's codecs). Importing this module
