@@ -365,6 +365,23 @@ def test_a_loaded_vmap_rule_checks_what_it_is_called_with():
     rule(3, ((), (True, False)), (), (np.ones((3, 4), F32), F32(2.0)))
 
 
+def test_a_custom_vmap_in_tree_must_split_the_inputs_as_its_rule():
+  # The equation's in_tree replaced by the program's own signature,
+  # ((x, s), {}): 2 constants and no arguments, where the stored rule takes
+  # 2 arguments. JAX would call the rule with a pattern it has no entry
+  # for, at the first vmap.
+  def edit(msg):
+    in_tree = _stored(msg, "custom_vmap_call", "in_tree")
+    in_tree.treedef.CopyFrom(msg.in_tree)
+  bad = h.craft(_file(_vmap_program), edit)
+  for check in (False, True):
+    with pytest.raises(jaxpr_io.FormatError,
+                       match=r"custom_vmap_call's in_tree splits its inputs "
+                       r"into 2 constants and 0 arguments; its rule "
+                       r"'[^']*rule' is stored for 2 arguments"):
+      jaxpr_io.loads(bad, check=check)
+
+
 @pytest.mark.parametrize("program", [_jvp_program, _bwd_program,
                                      _fwd_program, _residual_values_program,
                                      _vmap_program, _recursive_program])

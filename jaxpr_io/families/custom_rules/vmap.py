@@ -222,7 +222,29 @@ def decode_rule(stored, params):
   if len(rules) != 2 ** n_args:
     raise FormatError(f"custom_vmap_call's rule has {len(rules)} patterns, "
                       f"not the {2 ** n_args} of {n_args} inputs")
-  return StoredVmapRule(stored, out_tree, rules)
+  rule = StoredVmapRule(stored, out_tree, rules)
+  _check_tree_fits(params.get("in_tree"), rule, call)
+  return rule
+
+
+def _check_tree_fits(in_tree, rule, call) -> None:
+  """JAX splits the inputs of a custom_vmap_call by `in_tree` into
+  (constants, arguments) and calls the rule with the arguments' batched
+  flags: the tree, the rule's patterns and `call` must count the same
+  inputs. Checked by whichever of the two params is decoded second (the
+  other is still None)."""
+  if type(in_tree) is not jax.tree_util.PyTreeDef or not isinstance(
+      rule, StoredVmapRule):
+    return
+  n_consts, n_args = _split(in_tree)
+  n_rule = len(next(iter(rule.rules)))
+  n_call = len(compat.open_jaxpr(call).invars)
+  if n_args != n_rule or n_consts + n_args != n_call:
+    raise FormatError(
+        f"custom_vmap_call's in_tree splits its inputs into {n_consts} "
+        f"constants and {n_args} arguments; its rule {rule.name!r} is "
+        f"stored for {n_rule} arguments and its call takes {n_call} "
+        "inputs")
 
 
 def encode_in_tree(in_tree, params):
@@ -231,14 +253,18 @@ def encode_in_tree(in_tree, params):
 
 
 def decode_in_tree(stored, params):
-  """JAX 0.12 builds the `(consts, args)` tuple of `in_tree` in its tracing
-  pytree registry, and its JVP rule requires that registry: the same node
-  is rebuilt there (earlier releases have one registry)."""
-  del params
+  """The inputs' `(consts, args)` treedef, checked against the rule and
+  `call` (`_check_tree_fits`). JAX 0.12 builds the `(consts, args)` tuple
+  of `in_tree` in its tracing pytree registry, and its JVP rule requires
+  that registry: the same node is rebuilt there (earlier releases have one
+  registry)."""
   if (type(stored) is not jax.tree_util.PyTreeDef
       or len(stored.children()) != 2):
     raise FormatError("custom_vmap_call's in_tree is not the treedef of "
                       "(consts, args)")
+  call = params.get("call")
+  if compat.is_closed_jaxpr(call):
+    _check_tree_fits(stored, params.get("rule"), call)
   if _TRACING_REGISTRY is None:
     return stored
   leaf = object()
