@@ -54,6 +54,17 @@ POLYFILL_BUILD_COST = 8 << 10
 # most a few dozen a dimension.
 DECISION_STEPS = 100_000
 
+# jnp.einsum's hi primitive (JAX 0.11+) searches for a contraction order
+# with opt_einsum when it is lowered, by the strategy its `optimize` param
+# names (`True` is "optimal"). Some strategies take time exponential (or
+# factorial) in the number of operands; an untrusted file may ask for each
+# at most at the number of operands at which opt_einsum's own "auto" and
+# "auto-hq" use it (opt_einsum/paths.py, `_AUTO_CHOICES` and
+# `_AUTO_HQ_CHOICES`), where it runs in milliseconds. The other strategies
+# (greedy, branch-1, auto, auto-hq, an explicit path) are polynomial.
+EINSUM_SEARCH_OPERANDS = {"optimal": 5, "branch-all": 6, "branch-2": 8,
+                          "dp": 16, "dynamic-programming": 16}
+
 # `check=True` walks a program with every use of a shared sub-jaxpr inlined:
 # JAX's type checker and its printer's sharing analysis re-walk a sub-jaxpr
 # at each use, and XLA inlines calls before compiling. What it walks is

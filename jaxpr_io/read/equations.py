@@ -25,13 +25,10 @@ import numpy as np
 
 from jaxpr_io import compat
 from jaxpr_io.compat import polyfills as compat_polyfills
-from jaxpr_io.families.custom_rules import rule_types
-from jaxpr_io.families.hijax import mutable as hi_mutable
-from jaxpr_io.safety import printing
 from jaxpr_io.safety import trust
-from jaxpr_io.safety import shape_rules
 from jaxpr_io.safety import validate
 from jaxpr_io.format import vocabulary
+from jaxpr_io.read import equation_checks
 from jaxpr_io.read.polyfill import polyfill_equations
 from jaxpr_io.errors import FormatError
 
@@ -385,22 +382,6 @@ def _kinds_used(jaxpr_of, kind_ids, n_jaxprs: int, n_kinds: int):
   return used
 
 
-# Primitives whose equations need a check of their own, beyond arity:
-# name -> the check (the problem, or None). Hi primitives' `_prim` must
-# type the equation (shape_rules.hi_primitive_types); JAX 0.10's boxes and
-# logs must be taken and made where their rules expect
-# (hi_mutable.equation_problem).
-_EQUATION_CHECKS = {
-    "custom_lin": rule_types.lin_problem,
-    "call_hi_primitive": shape_rules.hi_primitive_types,
-    "call_hi_primitive_linearized": shape_rules.hi_linearized_types,
-    **dict.fromkeys(hi_mutable.PRIMITIVE_NAMES, hi_mutable.equation_problem),
-}
-# Untrusted files also: the characters one debug_print call may print.
-_UNTRUSTED_CHECKS = {**_EQUATION_CHECKS,
-                     "debug_print": printing.equation_problem}
-
-
 def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
   """The `JaxprEqn`s of jaxpr `j` of `batch`; binds their outputs in
   `decoder.env`. Resolves the kinds the jaxpr uses first (their params may
@@ -454,15 +435,10 @@ def build(decoder, batch: Batch, j: int, cols: Columns) -> list:
         eqns[i] = new_eqn(e.invars, e.outvars, e.primitive, e.params, {},
                           e.source_info, e.ctx)
 
-  # Equations with checks of their own (_EQUATION_CHECKS); only programs
-  # that use such primitives pay.
-  checks = _EQUATION_CHECKS if r.screen.trusted else _UNTRUSTED_CHECKS
-  if any(kinds[k].primitive.name in checks for k in used_kinds):
-    for i, e in enumerate(eqns):
-      check = checks.get(e.primitive.name)
-      problem = check(e) if check else None
-      if problem:
-        raise FormatError(f"equation {i} ({e.primitive.name}): {problem}")
+  # Equations with checks of their own; only programs that use such
+  # primitives pay.
+  equation_checks.check(eqns, {kinds[k].primitive.name for k in used_kinds},
+                        r.screen.trusted)
 
   # Sub-jaxprs referenced (for the nesting depth and the inlined size), and
   # what screens dropped.

@@ -152,6 +152,16 @@ register_quantity(
     limit=f"{limits.DECISION_STEPS:,} per load, else a `FormatError` naming "
           "the dimension or the check (no limit with `trusted=True`)")
 register_quantity(
+    name="operands of an einsum path search",
+    counted="the operands of each `jnp.einsum` hi primitive whose "
+            "`optimize` names an exponential search of opt_einsum's (`True` "
+            "is \"optimal\"), which runs when the program is lowered",
+    limit="at most " + ", ".join(
+        f"{n} for {name!r}" for name, n in
+        limits.EINSUM_SEARCH_OPERANDS.items()) + " (where opt_einsum's own "
+          "\"auto\" and \"auto-hq\" use them), else a `FormatError` naming "
+          "the equation (no limit with `trusted=True`)")
+register_quantity(
     name="bytes decompressed from a bind source",
     counted="what the arrays the program needs declare in the source's "
             "metadata, read first (an Orbax item's tree metadata; each "

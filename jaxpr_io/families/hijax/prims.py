@@ -45,6 +45,7 @@ from jaxpr_io import compat
 from jaxpr_io.compat import specialize
 from jaxpr_io.compat import symbolic
 from jaxpr_io.compat import tables as compat_tables
+from jaxpr_io.format import limits
 from jaxpr_io.safety import validate
 from jaxpr_io.errors import FormatError, UnsupportedError
 from jaxpr_io.codec import params
@@ -102,6 +103,30 @@ def _is_einsum_path(cls, v) -> bool:
   return type(v) is tuple and all(
       type(step) is tuple and all(type(i) is int and 0 <= i < 2**31
                                   for i in step) for step in v)
+
+
+def search_problem(eqn) -> str | None:
+  """Why an untrusted file may not ask for the einsum path search of a
+  `call_hi_primitive` (or its linearized form) equation, if it may not:
+  the search its `optimize` names takes time exponential in the number of
+  operands, beyond `limits.EINSUM_SEARCH_OPERANDS` (read.equations runs
+  this on untrusted loads)."""
+  prim = eqn.params.get("_prim")
+  if type(prim) is not compat.ADAPTER.hi_prim_classes.get("jax.numpy.Einsum"):
+    return None
+  optimize = "optimal" if prim.optimize is True else prim.optimize
+  if type(optimize) is not str:
+    return None
+  most = limits.EINSUM_SEARCH_OPERANDS.get(optimize.lower())
+  operands = len(prim.in_avals)
+  if most is None or operands <= most:
+    return None
+  return (f"its einsum of {operands} operands asks for opt_einsum's "
+          f"{optimize!r} path search (optimize={prim.optimize!r}), whose "
+          f"time grows exponentially with them; an untrusted file may ask "
+          f"for it for at most {most} operands. Save the program with "
+          "optimize='greedy' or an explicit path, or load it with "
+          "trusted=True if you know where it comes from")
 
 
 def _is_precision(cls, v) -> bool:

@@ -463,3 +463,43 @@ def test_checkpoint_names_round_trip(f, cls_name):
       # Traced under grad: the names, as the class's jvp rule binds them.
       g = jax.grad(lambda x: f(x).sum())
       _round_trips(g, (X,), cls_name)
+
+
+def _chain(n: int) -> str:
+  """The subscripts of a chain of n matrix products."""
+  letters = "abcdefghijklmnopqrstuvwxyz"
+  return ",".join(letters[i:i + 2] for i in range(n)) + f"->a{letters[n]}"
+
+
+@pytest.mark.skipif(not hasattr(numpy_hijax, "Einsum"),
+                    reason="JAX 0.11+ binds Einsum")
+@pytest.mark.parametrize("optimize, operands, refused", [
+    ("optimal", 5, False), ("optimal", 6, True), (True, 6, True),
+    ("Branch-All", 7, True), ("branch-2", 8, False), ("branch-2", 9, True),
+    ("dp", 16, False), ("greedy", 12, False), ([(0, 1)] * 8, 9, False)])
+def test_an_untrusted_einsum_path_search_is_bounded(optimize, operands,
+                                                    refused):
+  args = [np.full((2, 2), 0.5 + i / 8, np.float32) for i in range(operands)]
+  fn = lambda *a: numpy_hijax.einsum(_chain(operands), *a, optimize=optimize)
+  data = jaxpr_io.dumps(jaxpr_io.trace(fn, *args))
+  expected = jax.jit(fn)(*args)
+  assert_bit_identical(jaxpr_io.loads(data, trusted=True)(*args), expected)
+  if refused:
+    with pytest.raises(jaxpr_io.FormatError,
+                       match=rf"equation 0 \(call_hi_primitive\): its einsum "
+                       rf"of {operands} operands asks for opt_einsum's "
+                       r"'[\w-]+' path search .* at most \d+ operands"):
+      jaxpr_io.loads(data)
+  else:
+    assert_bit_identical(jaxpr_io.loads(data)(*args), expected)
+
+
+def test_einsum_search_bounds_are_opt_einsums_own():
+  # The most operands for each exponential search: where opt_einsum's own
+  # "auto" or "auto-hq" still picks it.
+  from opt_einsum import paths  # pylint: disable=g-import-not-at-top
+  from jaxpr_io.format import limits  # pylint: disable=g-import-not-at-top
+  auto = [*paths._AUTO_CHOICES.items(), *paths._AUTO_HQ_CHOICES.items()]  # pylint: disable=protected-access
+  for name, most in limits.EINSUM_SEARCH_OPERANDS.items():
+    fn = paths.get_path_fn(name)
+    assert max(n for n, f in auto if f is fn) == most, name
