@@ -338,6 +338,9 @@ class Campaign:
     if "stage" in msg:
       w.stage = msg["stage"]
       w.stage_info = msg
+      if w.deadline is not None and msg.get("extend"):
+        # A stage known to take longer (a heavy converter, convert.py).
+        w.deadline += float(msg["extend"])
       return
     if msg.get("done"):
       case = w.case
@@ -416,6 +419,7 @@ class Tally:
     self.kept = collections.Counter()
     self.transforms = collections.Counter()
     self.unsupported = collections.Counter()
+    self.converters = collections.Counter()
     self.memory_peak = {}   # stage -> (largest share of the budget, case)
     self.done = 0
 
@@ -463,6 +467,13 @@ class Tally:
       if self.kept["transform-unsupported"] < 20:
         self.kept["transform-unsupported"] += 1
         self._save("_info/transform-unsupported", v, f"{stage}: {why}")
+    for name, status in (r.get("converters") or {}).items():
+      kind = status.split(":", 1)[0]
+      self.converters[f"{name}: {kind}"] += 1
+      if kind in ("mismatch", "refused", "runtime-lacks") and (
+          self.kept[f"convert-{kind}"] < 20):
+        self.kept[f"convert-{kind}"] += 1
+        self._save(f"_info/convert-{kind}", v, f"{name}: {status}")
     memory = r.get("memory") or {}
     for stage in ("load", "check"):
       grown = memory.get(stage)
@@ -667,6 +678,9 @@ def run_campaign(*, cases: int, seed: int = 0, first: int = 0,
       # own: a primitive without the rule), over the accepted programs.
       "transforms": dict(sorted(tally.transforms.items())),
       "transform_unsupported": dict(tally.unsupported.most_common(30)),
+      # Per converter (tests/fuzz/convert.py): ok, refused, mismatch,
+      # skipped, over the accepted programs that were called.
+      "converters": dict(sorted(tally.converters.items())),
       # The largest resident-memory growth of a case's load and check, as
       # a share of the budget (16x the file + 64 MiB), and that case.
       "memory_peak_share": {k: [round(v[0], 4), v[1]] for k, v in
@@ -722,6 +736,9 @@ def format_summary(s: dict, top: int = 20) -> str:
   if s.get("transforms"):
     lines.append("transforms: " + ", ".join(
         f"{k} {v}" for k, v in s["transforms"].items()))
+  if s.get("converters"):
+    lines.append("converters: " + ", ".join(
+        f"{k} {v}" for k, v in s["converters"].items()))
   if s.get("memory_peak_share"):
     lines.append("largest memory growth / budget: " + ", ".join(
         f"{k} {v[0]:.3f} (case {v[1]})"

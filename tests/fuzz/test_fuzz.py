@@ -13,6 +13,7 @@ JAXPR_IO_FUZZ_CASES=N runs N cases instead of the sample's 300.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import zlib
 
@@ -20,9 +21,12 @@ import numpy as np
 import pytest
 
 import tests.fuzz  # noqa: F401  (XLA_FLAGS before JAX; conftest does too)
+import jax
+import jax.numpy as jnp
+import jaxpr_io
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
-from tests.fuzz import mutate, runner, seeds, structural, transforms
+from tests.fuzz import convert, mutate, runner, seeds, structural, transforms
 
 # Release-independent: CI runs it under one release (docs/testing.md).
 pytestmark = pytest.mark.once
@@ -203,3 +207,29 @@ def test_seed_transforms_match_the_originals(seed_files, name):
     assert (_transform_outcome(stage, prog, made[0], made[1])
             == _transform_outcome(stage, _Original(fn, args, kwargs),
                                   made[0], made[1])), stage
+
+
+@pytest.mark.parametrize("heavy", [None, *convert.HEAVY])
+def test_the_converter_stage_runs_each_artifact(heavy):
+  if heavy is not None and importlib.util.find_spec(
+      "jax2onnx" if heavy == "to_onnx" else "tensorflow") is None:
+    pytest.skip(f"{heavy} is not installed")
+  x = np.linspace(0.5, 1.5, 6).astype(np.float32).reshape(2, 3)
+  prog = jaxpr_io.loads(jaxpr_io.dumps(jaxpr_io.trace(
+      lambda a: (jnp.sin(a) * 2, jnp.sum(a, axis=0)), x)), check=True)
+  made = {"args": (x,), "kwargs": {}, "mesh": None}
+  stages = []
+  outcomes = convert.run(prog, made, heavy,
+                         lambda name, info: stages.append(name))
+  assert outcomes == {"to_exported": "ok",
+                      **({heavy: "ok"} if heavy else {})}, outcomes
+  assert stages == ["to_exported", *([heavy] if heavy else [])]
+
+
+def test_the_converter_stage_refuses_undeclared_types():
+  declared = [jax.ShapeDtypeStruct((2, 3), np.float32)]
+  convert._check_types("m", declared, [np.ones((2, 3), np.float32)])  # pylint: disable=protected-access
+  for outs in ([np.ones((3,), np.float32)], [np.ones((2, 3), np.int32)],
+               [np.ones((2, 3), np.float32)] * 2):
+    with pytest.raises(transforms.UndeclaredType):
+      convert._check_types("m", declared, outs)  # pylint: disable=protected-access

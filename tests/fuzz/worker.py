@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import importlib
 import json
 import math
 import os
@@ -54,6 +55,7 @@ import time
 import traceback
 import warnings
 
+from tests.fuzz import convert
 from tests.fuzz import transforms
 
 _MAX_AVAL_BYTES = 64 << 20
@@ -516,6 +518,20 @@ def run_case(data: bytes, report=lambda stage, info: None, *,
                 f"{type(e).__name__}: {str(e)[:200]}")
             continue
           return fail(f"post-check-{stage}", e)
+      # ------------------------------------------------ converters
+      stage = "convert"
+
+      def announce(name, info):
+        nonlocal stage
+        stage = name
+        report(name, info)
+      try:
+        result["converters"] = convert.run(prog, made_args,
+                                           convert.heavy_for(data), announce)
+      except MemoryError as e:
+        return fail(f"memory-{stage}", e)
+      except BaseException as e:  # pylint: disable=broad-except
+        return fail(f"post-check-{stage}", e)
       result["outcome"] = "accepted"
       return result
     finally:
@@ -553,6 +569,12 @@ def _warm_up() -> None:
   jax.block_until_ready(jax.jit(lambda x: jnp.sin(x) @ x)(jnp.ones((2, 2))))
   families.load_all()
   registry.PRIMITIVES.all()
+  # The converters' runtimes (tests/fuzz/convert.py), where installed.
+  for name in ("tensorflow", "jax2onnx", "onnxruntime", "ai_edge_litert"):
+    try:
+      importlib.import_module(name)
+    except ImportError:
+      pass
 
 
 def _serve(proto, mem_gib: float) -> None:
