@@ -13,6 +13,7 @@ JAXPR_IO_FUZZ_CASES=N runs N cases instead of the sample's 300.
 
 from __future__ import annotations
 
+import json
 import os
 import zlib
 
@@ -46,6 +47,9 @@ def test_cases_are_deterministic_and_checksummed(seed_files):
     name, data, edits, groups = factory.make(i)
     assert again.make(i) == (name, data, edits, groups)
     assert 1 <= len(edits) <= 3
+    if name == "bind-source":   # a bind-source case: JSON, no checksums
+      kinds.add("bind-source")
+      continue
     kinds.update(g.rsplit(":", 1)[1] for g in groups)
     # Header and program checksums are right: Container verifies both.
     c = container.Container(data)
@@ -55,6 +59,7 @@ def test_cases_are_deterministic_and_checksummed(seed_files):
         assert blob.crc32 == zlib.crc32(
             c.data[blob.offset:blob.offset + blob.length])
   assert {"scalar", "element", "repeated", "oneof"} <= kinds
+  assert "bind-source" in kinds   # 5% of the cases
 
 
 def test_fuzz_sample(tmp_path):
@@ -203,3 +208,57 @@ def test_seed_transforms_match_the_originals(seed_files, name):
     assert (_transform_outcome(stage, prog, made[0], made[1])
             == _transform_outcome(stage, _Original(fn, args, kwargs),
                                   made[0], made[1])), stage
+
+
+def test_bind_source_sample(tmp_path):
+  """Bind-source cases (tests/fuzz/bind_source.py) through the real
+  workers: every mutated checkpoint or .npz is refused with jaxpr_io's own
+  one-line error or binds, nothing of the secret or the private checkpoint
+  reaches the bound program, and sources whose links stay inside bind."""
+  summary = runner.run_campaign(cases=40, seed=_SEED, workers=1,
+                                out=str(tmp_path), timeout=30.0,
+                                mem_gib=4.0, progress=False,
+                                mutations=("bind-source",))
+  report = runner.format_summary(summary)
+  assert summary["cases"] == 40, report
+  assert summary["failure_count"] == 0, report
+  assert summary["outcomes"].get("bind-refused", 0) > 0, report
+  assert summary["outcomes"].get("bind-ok", 0) > 0, report
+  kinds = {k.split(":")[0] for k in summary["bind_source"]}
+  assert kinds == {"zarr", "ocdbt", "npz"}, report
+
+
+def test_bind_source_leak_is_detected(tmp_path, monkeypatch):
+  """The leak check can fail: with jaxpr_io's confinement switched off in
+  the worker (JAXPR_IO_FUZZ_SELFTEST), a chunk linked to the secret and an
+  array directory linked into the private checkpoint are `bind-leak`s,
+  and the same cases confined are refused."""
+  from tests.fuzz import bind_source  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("JAXPR_IO_FUZZ_SELFTEST", "1")
+  secret = [{"op": "zarray", "field": "compressor", "value": None,
+             "desc": "raw chunks"},
+            {"op": "link", "at": "params.w/0.0", "to": "secret",
+             "desc": "chunk -> secret"}]
+  private = [{"op": "link", "at": "params.w", "to": "private-params",
+              "desc": "array -> private"}]
+  cases = []
+  for name, ops in (("secret", secret), ("private", private)):
+    for mode in ("unconfined", "confined"):
+      body = {"kind": "zarr", "ops": ops, "selftest": mode}
+      cases.append(runner.Case(
+          f"{name}-{mode}", "bind-source",
+          bind_source.PREFIX + json.dumps(body).encode(), [], []))
+  verdicts = {}
+  campaign = runner.Campaign(out=str(tmp_path), workers=1, timeout=30.0,
+                             mem_gib=4.0, progress=False)
+  try:
+    campaign.run(cases, lambda v: verdicts.__setitem__(v.case.id, v))
+  finally:
+    campaign.close()
+  got = {k: (v.outcome, (v.failure or {}).get("cls"),
+             (v.failure or {}).get("message", "")[:40])
+         for k, v in verdicts.items()}
+  assert got["secret-unconfined"][:2] == ("failure", "bind-leak"), got
+  assert got["private-unconfined"][:2] == ("failure", "bind-leak"), got
+  assert got["secret-confined"][0] == "bind-refused", got
+  assert got["private-confined"][0] == "bind-refused", got
