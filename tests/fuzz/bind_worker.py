@@ -34,6 +34,7 @@ import warnings
 
 import numpy as np
 
+from tests.fuzz import bind_apply
 from tests.fuzz import bind_source as bs
 
 _WORLD = None
@@ -130,7 +131,7 @@ def run_case(data: bytes, report, *, describe, peak) -> dict:
         "the world's secret or private checkpoint changed"))
     return result
   try:
-    where, spec, skipped = bs.materialize(w, case)
+    where, spec, skipped = bind_apply.materialize(w, case)
   except Exception as e:  # pylint: disable=broad-except
     result["outcome"] = "failure"
     result["failure"] = _failure("bind-harness", "bind-make", e, describe)
@@ -171,7 +172,7 @@ def _selftest(case: dict):
 def _stages(result, spec, benign, prog, report, describe, peak):
   info = result["bind"]
   path = spec[:-len(":params")] if spec.endswith(":params") else spec
-  budget = 16 * bs.disk_size(path) + _SLACK
+  budget = 16 * bind_apply.disk_size(path) + _SLACK
   info["budget"] = budget
   stage = "bind-load"
   report(stage, {"restart_clock": True})
