@@ -63,6 +63,7 @@ from google.protobuf import descriptor as pb_descriptor
 
 from jaxpr_io.format import _proto as pb
 from jaxpr_io.format import container
+from tests.fuzz import bind_source
 from tests.fuzz import structural
 
 _FD = pb_descriptor.FieldDescriptor
@@ -628,6 +629,8 @@ def site_groups(file_bytes: bytes) -> set:
 
 # The share of cases whose first edit is a structural mutation.
 STRUCTURAL_SHARE = 0.3
+# The share of a default campaign's cases that are bind-source cases.
+BIND_SOURCE_SHARE = 0.05
 
 
 class CaseFactory:
@@ -648,11 +651,17 @@ class CaseFactory:
                mutations: tuple[str, ...] | None = None):
     # `mutations` (names of structural.MUTATIONS): every case starts with
     # one of these, a campaign aimed at them (`--mutations`).
+    # "bind-source" (tests/fuzz/bind_source.py) takes its share of the
+    # cases named; by default BIND_SOURCE_SHARE of all cases.
+    self.bind_share = BIND_SOURCE_SHARE
     if mutations:
-      unknown = sorted(set(mutations) - set(structural.MUTATIONS))
+      unknown = sorted(set(mutations) - set(structural.MUTATIONS)
+                       - {"bind-source"})
       if unknown:
         raise ValueError(f"unknown mutations {unknown}; known: "
-                         f"{sorted(structural.MUTATIONS)}")
+                         f"{sorted(structural.MUTATIONS)}, bind-source")
+      self.bind_share = mutations.count("bind-source") / len(mutations)
+      mutations = tuple(m for m in mutations if m != "bind-source")
       structural_share = 1.0
     self.files = files
     self.seed = seed
@@ -674,6 +683,11 @@ class CaseFactory:
   def make(self, i: int):
     """(seed name, case bytes, edit log, site groups)."""
     rng = case_rng(self.seed, i)
+    # Drawn from a stream of its own: the other cases stay as they were.
+    if random.Random(f"jaxpr_io-fuzz-bind:{self.seed}:{i}").random() < (
+        self.bind_share):
+      data, edits, groups = bind_source.make_case(rng)
+      return "bind-source", data, edits, groups
     if rng.random() < self.structural_share:
       # A structural case picks its mutation uniformly, then a seed that
       # admits it: `print-options` admits only the few seeds that print.

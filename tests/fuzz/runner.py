@@ -93,6 +93,13 @@ def _worker_env() -> dict:
   return env
 
 
+def _worker_env_in(workdir: str) -> dict:
+  env = _worker_env()
+  # Where a worker builds its bind-source world (tests/fuzz/bind_source.py).
+  env["JAXPR_IO_FUZZ_TMP"] = workdir
+  return env
+
+
 class Worker:
   """One worker subprocess and the case it is running."""
 
@@ -114,7 +121,7 @@ class Worker:
         [self.python, "-m", "tests.fuzz.worker", "--mem-gib",
          str(self.mem_gib)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-        cwd=REPO, env=_worker_env(), start_new_session=True)
+        cwd=REPO, env=_worker_env_in(self.workdir), start_new_session=True)
     os.set_blocking(self.proc.stdout.fileno(), False)
     self.sel.register(self.proc.stdout, selectors.EVENT_READ, self)
     self.buf = b""
@@ -341,6 +348,10 @@ class Campaign:
       if w.deadline is not None and msg.get("extend"):
         # A stage known to take longer (a heavy converter, convert.py).
         w.deadline += float(msg["extend"])
+      if msg.get("restart_clock"):
+        # A stage with its own timeout (a bind-source case builds its
+        # world at first use, then runs the case).
+        w.deadline = time.monotonic() + self.timeout
       return
     if msg.get("done"):
       case = w.case
@@ -481,6 +492,10 @@ class Tally:
         share = grown / memory["budget"]
         if share > self.memory_peak.get(stage, (0.0, None))[0]:
           self.memory_peak[stage] = (share, v.case.id)
+    if v.outcome == "bind-refused":
+      self.rejections[f"bind: {_normalize(r['bind'].get('error', ''))}"] += 1
+    if r.get("bind", {}).get("skipped"):
+      self.info["bind_ops_skipped"] += len(r["bind"]["skipped"])
     if v.outcome == "call-skipped":
       self.skips[r.get("skip_reason", "?")] += 1
     if v.outcome.startswith("rejected-"):
@@ -582,7 +597,10 @@ def run_campaign(*, cases: int, seed: int = 0, first: int = 0,
   out = os.path.abspath(out)
   os.makedirs(out, exist_ok=True)
   t0 = time.monotonic()
-  files, dropped = seeds_mod.build(only_seeds, cache_dir=seed_cache)
+  # A campaign of bind-source cases alone needs no seed programs.
+  bind_only = bool(mutations) and set(mutations) == {"bind-source"}
+  files, dropped = ({}, {}) if bind_only else seeds_mod.build(
+      only_seeds, cache_dir=seed_cache)
   seed_dir = os.path.join(out, "seeds")
   os.makedirs(seed_dir, exist_ok=True)
   for name, data in files.items():
@@ -616,7 +634,7 @@ def run_campaign(*, cases: int, seed: int = 0, first: int = 0,
         files.pop(name)
     for name, why in sorted(dropped.items()):
       say(f"fuzz: seed {name} dropped: {why}")
-    if not files:
+    if not files and not bind_only:
       raise RuntimeError("no usable seeds")
     names = sorted(files)
     say(f"fuzz: {cases} cases over {len(names)} seeds, {workers} workers, "
@@ -688,6 +706,11 @@ def run_campaign(*, cases: int, seed: int = 0, first: int = 0,
       "structural": {g[len("structural:"):]: dict(c.most_common())
                      for g, c in sorted(tally.group_outcomes.items())
                      if g.startswith("structural:")},
+      # Bind-source cases (tests/fuzz/bind_source.py): outcomes by
+      # source kind and op.
+      "bind_source": {g[len("bind-source:"):]: dict(c.most_common())
+                      for g, c in sorted(tally.group_outcomes.items())
+                      if g.startswith("bind-source:")},
       "warnings": dict(tally.warnings.most_common()),
       "worker_restarts": dict(campaign.restarts),
       "seeds": {n: len(d) for n, d in sorted(files.items())},
@@ -732,6 +755,9 @@ def format_summary(s: dict, top: int = 20) -> str:
   lines.append(f"mutation site groups hit: {s['mutation_groups']}")
   for name, outcomes in s.get("structural", {}).items():
     lines.append(f"structural {name}: " + ", ".join(
+        f"{k} {v}" for k, v in outcomes.items()))
+  for name, outcomes in s.get("bind_source", {}).items():
+    lines.append(f"bind-source {name}: " + ", ".join(
         f"{k} {v}" for k, v in outcomes.items()))
   if s.get("transforms"):
     lines.append("transforms: " + ", ".join(

@@ -14,6 +14,7 @@ JAXPR_IO_FUZZ_CASES=N runs N cases instead of the sample's 300.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import zlib
 
@@ -50,6 +51,9 @@ def test_cases_are_deterministic_and_checksummed(seed_files):
     name, data, edits, groups = factory.make(i)
     assert again.make(i) == (name, data, edits, groups)
     assert 1 <= len(edits) <= 3
+    if name == "bind-source":   # a bind-source case: JSON, no checksums
+      kinds.add("bind-source")
+      continue
     kinds.update(g.rsplit(":", 1)[1] for g in groups)
     # Header and program checksums are right: Container verifies both.
     c = container.Container(data)
@@ -59,6 +63,7 @@ def test_cases_are_deterministic_and_checksummed(seed_files):
         assert blob.crc32 == zlib.crc32(
             c.data[blob.offset:blob.offset + blob.length])
   assert {"scalar", "element", "repeated", "oneof"} <= kinds
+  assert "bind-source" in kinds   # 5% of the cases
 
 
 def test_fuzz_sample(tmp_path):
@@ -233,3 +238,57 @@ def test_the_converter_stage_refuses_undeclared_types():
                [np.ones((2, 3), np.float32)] * 2):
     with pytest.raises(transforms.UndeclaredType):
       convert._check_types("m", declared, outs)  # pylint: disable=protected-access
+
+
+def test_bind_source_sample(tmp_path):
+  """Bind-source cases (tests/fuzz/bind_source.py) through the real
+  workers: every mutated checkpoint or .npz is refused with jaxpr_io's own
+  one-line error or binds, nothing of the secret or the private checkpoint
+  reaches the bound program, and sources whose links stay inside bind."""
+  summary = runner.run_campaign(cases=40, seed=_SEED, workers=1,
+                                out=str(tmp_path), timeout=30.0,
+                                mem_gib=4.0, progress=False,
+                                mutations=("bind-source",))
+  report = runner.format_summary(summary)
+  assert summary["cases"] == 40, report
+  assert summary["failure_count"] == 0, report
+  assert summary["outcomes"].get("bind-refused", 0) > 0, report
+  assert summary["outcomes"].get("bind-ok", 0) > 0, report
+  kinds = {k.split(":")[0] for k in summary["bind_source"]}
+  assert kinds == {"zarr", "ocdbt", "npz"}, report
+
+
+def test_bind_source_leak_is_detected(tmp_path, monkeypatch):
+  """The leak check can fail: with jaxpr_io's confinement switched off in
+  the worker (JAXPR_IO_FUZZ_SELFTEST), a chunk linked to the secret and an
+  array directory linked into the private checkpoint are `bind-leak`s,
+  and the same cases confined are refused."""
+  from tests.fuzz import bind_source  # pylint: disable=import-outside-toplevel
+  monkeypatch.setenv("JAXPR_IO_FUZZ_SELFTEST", "1")
+  secret = [{"op": "zarray", "field": "compressor", "value": None,
+             "desc": "raw chunks"},
+            {"op": "link", "at": "params.w/0.0", "to": "secret",
+             "desc": "chunk -> secret"}]
+  private = [{"op": "link", "at": "params.w", "to": "private-params",
+              "desc": "array -> private"}]
+  cases = []
+  for name, ops in (("secret", secret), ("private", private)):
+    for mode in ("unconfined", "confined"):
+      body = {"kind": "zarr", "ops": ops, "selftest": mode}
+      cases.append(runner.Case(
+          f"{name}-{mode}", "bind-source",
+          bind_source.PREFIX + json.dumps(body).encode(), [], []))
+  verdicts = {}
+  campaign = runner.Campaign(out=str(tmp_path), workers=1, timeout=30.0,
+                             mem_gib=4.0, progress=False)
+  try:
+    campaign.run(cases, lambda v: verdicts.__setitem__(v.case.id, v))
+  finally:
+    campaign.close()
+  got = {k: (v.outcome, (v.failure or {}).get("cls"),
+             (v.failure or {}).get("message", "")[:40])
+         for k, v in verdicts.items()}
+  assert got["secret-unconfined"][:2] == ("failure", "bind-leak"), got
+  assert got["private-unconfined"][:2] == ("failure", "bind-leak"), got
+  assert got["secret-confined"][0] == "bind-refused", got
+  assert got["private-confined"][0] == "bind-refused", got

@@ -411,6 +411,10 @@ def run_case(data: bytes, report=lambda stage, info: None, *,
   `seed_unsupported`: the transform stages the case's unmutated seed
   cannot do (an error there is the program's own); `baseline`: the case is
   an unmutated seed, whose transform errors are recorded, not failures."""
+  if data.startswith(b"BINDSRC:"):
+    # A bind-source case (tests/fuzz/bind_source.py), its own stages.
+    from tests.fuzz import bind_worker  # pylint: disable=import-outside-toplevel
+    return bind_worker.run_case(data, report, describe=describe, peak=Peak)
   import jaxpr_io  # pylint: disable=import-outside-toplevel
   FormatError = jaxpr_io.FormatError
   result = {"outcome": None, "warnings": {}}
