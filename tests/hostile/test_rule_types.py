@@ -39,6 +39,7 @@ from tests import hostile as h
 from tests.hostile.test_hostile_io import assert_within, budget_mib, run_limited
 from tests.support import paths
 from tests.support import proto_edit
+from tests.support import rule_programs
 from tests.support.roundtrip import assert_bit_identical, assert_same_outcome
 
 F32 = np.float32
@@ -92,26 +93,7 @@ def _fwd_program():
 
 
 def _flagged_vjp():
-  """A custom_vjp whose backward rule branches, in Python, on flags its
-  forward rule returns as residuals (as Equinox's `filter_custom_vjp`):
-  its backward rule is also stored with those constant residuals."""
-  @jax.custom_vjp
-  def f(a, b, c):
-    return jnp.sin(a) * b + c
-
-  def fwd(a, b, c):
-    perturbed = (a.perturbed, b.perturbed, c.perturbed)
-    return (jnp.sin(a.value) * b.value + c.value,
-            (a.value, b.value, perturbed))
-
-  def bwd(res, ct):
-    a, b, perturbed = res
-    if perturbed[2]:
-      raise ValueError("c cannot be differentiated")
-    return (jnp.cos(a) * b * ct if perturbed[0] else None,
-            jnp.sin(a) * ct if perturbed[1] else None, None)
-  f.defvjp(fwd, bwd, symbolic_zeros=True)
-  return f
+  return rule_programs.flagged_vjp(self_calling=False)
 
 
 def _residual_values_program():
@@ -119,19 +101,8 @@ def _residual_values_program():
 
 
 def _vmap_program():
-  from jax.custom_batching import custom_vmap  # pylint: disable=g-import-not-at-top
-
-  @custom_vmap
-  def scaled_sin(x, s):
-    return jnp.sin(x) * s
-
-  @scaled_sin.def_vmap
-  def rule(axis_size, in_batched, x, s):
-    x_batched, s_batched = in_batched
-    s = s[:, None] if s_batched else s
-    return jnp.sin(x) * s + jnp.float32(0.01) * axis_size, (
-        x_batched or s_batched)
-  return scaled_sin, (np.linspace(0.5, 1.5, 5).astype(F32), F32(1.5))
+  return rule_programs.scaled_sin_vmap(), (
+      np.linspace(0.5, 1.5, 5).astype(F32), F32(1.5))
 
 
 def _lin_program():

@@ -16,6 +16,8 @@ import numpy as np
 from jax import lax
 from jax.experimental import sparse
 
+from tests.support import rule_programs
+
 _rng = np.random.RandomState(12)
 
 
@@ -395,18 +397,7 @@ def custom_vmap_rule():
   """`jax.custom_batching.custom_vmap`: a function with its own batching
   rule (which uses the axis size), stored as one jaxpr per pattern of
   batched inputs, traced with a symbolic axis size."""
-  from jax.custom_batching import custom_vmap  # pylint: disable=g-import-not-at-top
-
-  @custom_vmap
-  def scaled_sin(x, s):
-    return jnp.sin(x) * s
-
-  @scaled_sin.def_vmap
-  def rule(axis_size, in_batched, x, s):
-    x_batched, s_batched = in_batched
-    s = s[:, None] if s_batched else s
-    out = jnp.sin(x) * s + jnp.float32(0.01) * axis_size
-    return out, x_batched or s_batched
+  scaled_sin = rule_programs.scaled_sin_vmap()
 
   def f(x, s):
     return jnp.tanh(scaled_sin(x, s)).sum(-1) + s

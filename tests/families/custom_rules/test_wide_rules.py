@@ -18,6 +18,7 @@ from jaxpr_io.families.custom_rules import common
 from jaxpr_io.families.custom_rules import requests
 from jaxpr_io.families.custom_rules import vjp
 from tests.support import proto_edit
+from tests.support import rule_programs
 from tests.support.roundtrip import assert_bit_identical, assert_roundtrip
 
 N = common.MAX_PATTERN_INPUTS + 2
@@ -127,26 +128,7 @@ def test_wide_custom_vjp_stores_the_patterns_grad_asks_for():
 
 
 def _flagged_vjp():
-  """A custom_vjp whose backward rule branches, in Python, on the flags its
-  forward rule returns as residuals (as Equinox's `filter_custom_vjp`)."""
-
-  @jax.custom_vjp
-  def f(a, b, c):
-    return jnp.sin(a) * b + c
-
-  def fwd(a, b, c):
-    perturbed = (a.perturbed, b.perturbed, c.perturbed)
-    return f(a.value, b.value, c.value), (a.value, b.value, perturbed)
-
-  def bwd(res, ct):
-    a, b, perturbed = res
-    if perturbed[2]:
-      raise ValueError("c cannot be differentiated")
-    return (jnp.cos(a) * b * ct if perturbed[0] else None,
-            jnp.sin(a) * ct if perturbed[1] else None, None)
-
-  f.defvjp(fwd, bwd, symbolic_zeros=True)
-  return f
+  return rule_programs.flagged_vjp(self_calling=True)
 
 
 def test_backward_rule_branching_on_perturbed_flags():
