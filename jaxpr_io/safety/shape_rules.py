@@ -13,6 +13,7 @@ from typing import Any, Callable
 import math
 
 from jaxpr_io import compat
+from jaxpr_io.compat import rule_params as compat_rule_params
 from jaxpr_io.compat import sharding as compat_sharding
 from jaxpr_io.errors import FormatError
 from jaxpr_io.safety import validate
@@ -156,10 +157,28 @@ _SHAPE_RULES: dict[str, Callable[[Any], str | None]] = {
 
 def check_shapes(jaxpr) -> None:
   """Raises FormatError where a shape rule that JAX's type checker skips
-  fails, in `jaxpr` and its sub-jaxprs."""
+  fails, or where an equation has a param that one of its primitive's
+  transformation rules cannot take, in `jaxpr` and its sub-jaxprs."""
   validate.check_eqns(jaxpr, [
       lambda eqn: (_SHAPE_RULES[eqn.primitive.name](eqn)
-                   if eqn.primitive.name in _SHAPE_RULES else None)])
+                   if eqn.primitive.name in _SHAPE_RULES else None),
+      _transform_params])
+
+
+def _transform_params(eqn) -> str | None:
+  """A param that a closed JVP, transpose or batching rule of this release
+  lacks (compat/rule_params.py): JAX passes it to the rule, which raises at
+  the first transformation, after abstract evaluation and the lowering let
+  it through (a file's `neg` with an `accuracy`)."""
+  names = eqn.params.keys()
+  for role, takes in compat_rule_params.transform_rule_keywords(
+      eqn.primitive):
+    extra = sorted(n for n in names if n not in takes)
+    if extra:
+      return (f"param {extra[0]!r} is not one that this JAX release's "
+              f"{role} rule for {eqn.primitive.name} takes: the program "
+              f"would fail under jax.grad, jax.jvp or jax.vmap")
+  return None
 
 
 # ------------------------------------------------------------ meshes

@@ -208,3 +208,31 @@ def test_an_array_in_axes_is_refused():
     array.kind = h.pb.HostKind["NUMPY_ARRAY"]
   message = _load_error(h.craft(data, mutate))
   assert "param 'axes' of 'reduce_sum'" in message and "tuple/array" in message
+
+
+def test_a_param_a_transformation_rule_lacks_is_refused_by_check():
+  # neg's lowering names an optional `accuracy` (the schema has it: a
+  # release's definitions), its transpose rule takes no params: a file's
+  # neg with `accuracy=None` binds, runs, and failed jax.grad inside JAX
+  # (found by the fuzzer: a TypeError from linear_transpose2).
+  x = np.linspace(0.5, 1.5, 4).astype(F32)
+  fn = lambda x: jnp.sum(-jnp.sin(x))
+  data = jaxpr_io.dumps(jaxpr_io.trace(fn, x))
+  where = {}
+
+  def mutate(msg):
+    where["i"], eqn = _first(msg, "neg")
+    h.param(msg, eqn, "accuracy", add=True).none.SetInParent()
+  bad = h.craft(data, mutate)
+  loaded = jaxpr_io.loads(bad)   # the schema allows it: it runs
+  assert loaded.closed_jaxpr.jaxpr.eqns[where["i"]].params == {
+      "accuracy": None}
+  np.testing.assert_array_equal(loaded(x), jax.jit(fn)(x))
+  with pytest.raises(TypeError, match="accuracy"):
+    jax.grad(loaded)(x)
+  message = _load_error(bad, check=True)
+  assert (f"equation {where['i']} (neg): param 'accuracy' is not one that "
+          "this JAX release's transpose rule for neg takes") in message
+  # The unmutated file: check=True, and grad as the original's.
+  np.testing.assert_array_equal(
+      jax.grad(jaxpr_io.loads(data, check=True))(x), jax.grad(fn)(x))
