@@ -85,9 +85,21 @@ def _check_runnable_in_tf(prog, platforms) -> None:
             "(jax.random.key_data outside, jax.random.wrap_key_data inside "
             "the traced function), or ship the program as StableHLO "
             "(converters.to_exported)")
-  if platforms and "cpu" not in platforms:
+  on_cpu = not platforms or "cpu" in platforms
+  exported = to_exported(prog, platforms=("cpu",) if on_cpu else platforms)
+  if exported.nr_devices > 1:
+    # jax2tf serializes the module for its devices, and TensorFlow runs an
+    # XlaCallModule on one: Shardy's custom calls (shard_map's
+    # xla.sdy.GlobalToLocalShape) have no TensorFlow kernel, and the
+    # SavedModel would fail at its first call.
+    raise UnsupportedError(
+        f"the program runs on {exported.nr_devices} devices (a shard_map "
+        "or a sharded jit inside), and a SavedModel runs it on one: "
+        "TensorFlow cannot execute it. Ship it as StableHLO "
+        "(converters.to_exported), or trace the program for one device")
+  if not on_cpu:
     return
-  text = to_exported(prog, platforms=("cpu",)).mlir_module()
+  text = exported.mlir_module()
   targets = sorted({target for line in text.splitlines()
                     for target in _NOT_IN_TF.findall(line)
                     if not _runs_on_nothing(line)})

@@ -298,3 +298,23 @@ def test_saved_model_cli_runs_it(tmp_path):
        f"arg0={tmp_path / 'x.npy'}", "--outdir", str(tmp_path / "out")],
       check=True, capture_output=True, timeout=300)
   _close(np.load(tmp_path / "out" / "out0.npy"), jax.jit(fn)(x))
+
+
+@needs_tf
+def test_a_program_on_several_devices_is_refused_before_saving(tmp_path):
+  # A shard_map over 8 host devices: jax2tf serialized it and TensorFlow
+  # failed at the first call ("No registered implementation for untyped
+  # custom call to xla.sdy.GlobalToLocalShape"; found by the fuzzer).
+  P = jax.sharding.PartitionSpec
+  mesh = jax.make_mesh((8,), ("d",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  fn = jax.shard_map(lambda b: b * 2 + jax.lax.psum(b, "d"), mesh=mesh,
+                     in_specs=P("d"), out_specs=P("d"))
+  x = np.arange(16, dtype=np.float32)
+  prog = _loaded(fn, x)
+  exported = converters.to_exported(prog)
+  assert exported.nr_devices == 8
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"runs on 8 devices .* TensorFlow cannot execute"):
+    converters.to_saved_model(prog, tmp_path / "sm")
+  assert not os.listdir(tmp_path)
