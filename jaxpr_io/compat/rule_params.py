@@ -15,60 +15,99 @@ positional-or-keyword parameters, less those a `functools.partial` binds.
 A rule registered through one of JAX's forwarding wrappers (`deflinear`,
 `deflinear2`, `defjvp`, `defjvp2`, `defbilinear`), which hold the user's
 rules as partial arguments and call each with `**params`, is read through
-the wrapper; any other rule that takes `**params` forwards them to code
-this module does not follow, and is not read (it accepts any name).
+the wrapper, which also says how many values it passes positionally: the
+rule's parameters after those, without a default, are params the equation
+must have (sin's JVP rule `lambda g, x, accuracy: ...`). Any other rule
+that takes `**params` forwards them to code this module does not follow,
+and is not read (it accepts any name).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+from typing import NamedTuple
 
 from jax._src.interpreters import ad
 from jax._src.interpreters import batching
 
 # JAX's wrappers that call the rules they hold as partial arguments (single
-# rules, or lists of them) with every param: jax/_src/interpreters/ad.py
-# of 0.10.2, 0.11.2 and 0.12.0.1.
-_FORWARDING = frozenset(
-    f for f in (getattr(ad, name, None) for name in (
-        "linear_transpose", "linear_transpose2", "standard_jvp",
-        "standard_jvp2", "bilinear_transpose", "fancy_bilinear_transpose"))
-    if f is not None)
+# rules, or lists of them) with every param, and how many values each passes
+# positionally before the params: (a fixed count, whether one more per input
+# of the equation follows). jax/_src/interpreters/ad.py of 0.10.2, 0.11.2
+# and 0.12.0.1: `transpose_rule(cotangent, **kwargs)` (linear_transpose),
+# `transpose_rule(cotangent, *args, **kwargs)` (linear_transpose2),
+# `rule(t, *primals, **params)` (standard_jvp), `rule(t, val_out, *primals,
+# **params)` (standard_jvp2), `lhs_rule(cotangent, x, y, **kwargs)` (the
+# bilinear transposes).
+_POSITIONAL = {"linear_transpose": (1, False), "linear_transpose2": (1, True),
+               "standard_jvp": (1, True), "standard_jvp2": (2, True),
+               "bilinear_transpose": (3, False),
+               "fancy_bilinear_transpose": (3, False)}
+_FORWARDING = {getattr(ad, name): positional
+               for name, positional in _POSITIONAL.items()
+               if hasattr(ad, name)}
 
 
-def _takes(fn) -> frozenset[str] | None:
-  """The keywords `fn` can be called with, or None if it takes any."""
+class RuleKeywords(NamedTuple):
+  """What one closed transformation rule can be called with."""
+  role: str                     # "JVP", "transpose", "batching"
+  takes: frozenset[str]         # the keywords it can be passed
+  # Through a forwarding wrapper: (fixed count, per input) of the values
+  # passed positionally first, and its parameters in order with whether
+  # each has a default; None for a rule registered directly.
+  positional: tuple[int, bool] | None
+  parameters: tuple[tuple[str, bool], ...]
+
+  def required(self, n_inputs: int) -> list[str]:
+    """The params a call of this rule for an equation of `n_inputs` inputs
+    must pass (those its parameters after the positional values lack a
+    default for); none known for a rule registered directly."""
+    if self.positional is None:
+      return []
+    fixed, per_input = self.positional
+    first = fixed + (n_inputs if per_input else 0)
+    return [name for name, has_default in self.parameters[first:]
+            if not has_default]
+
+
+def _read(fn, role: str, positional) -> RuleKeywords | None:
+  """`fn`'s keywords, or None if it takes any."""
   try:
     sig = inspect.signature(fn)
   except (TypeError, ValueError):
     return None
   bound = set(fn.keywords) if isinstance(fn, functools.partial) else set()
-  names = set()
+  params = []
   for p in sig.parameters.values():
     if p.kind is p.VAR_KEYWORD:
       return None
-    if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
-      names.add(p.name)
-  return frozenset(names - bound)
+    if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and (
+        p.name not in bound):
+      params.append((p.name, p.default is not p.empty))
+    elif p.kind is p.VAR_POSITIONAL:
+      positional = None   # *args: which names follow is not known
+  return RuleKeywords(role, frozenset(n for n, _ in params), positional,
+                      tuple(params))
 
 
-def _held_rules(rule) -> list:
-  """The rules a forwarding wrapper's partial holds (itself otherwise)."""
+def _held_rules(rule) -> list[tuple[object, tuple[int, bool] | None]]:
+  """(rule, positional) for the rules a forwarding wrapper's partial holds
+  (the rule itself, with None, otherwise)."""
   if isinstance(rule, functools.partial) and rule.func in _FORWARDING:
     held = []
     for arg in rule.args:
       items = arg if type(arg) in (list, tuple) else (arg,)
-      held.extend(a for a in items if inspect.isfunction(a)
-                  or isinstance(a, functools.partial))
+      held.extend((a, _FORWARDING[rule.func]) for a in items
+                  if inspect.isfunction(a) or isinstance(a, functools.partial))
     return held
-  return [rule]
+  return [(rule, None)]
 
 
 @functools.lru_cache(maxsize=None)
-def transform_rule_keywords(prim) -> tuple[tuple[str, frozenset[str]], ...]:
-  """(role, the keywords it takes) for each closed JVP, transpose and
-  batching rule this release registers for `prim`."""
+def transform_rule_keywords(prim) -> tuple[RuleKeywords, ...]:
+  """The closed JVP, transpose and batching rules this release registers
+  for `prim`."""
   out = []
   for role, table in (("JVP", ad.primitive_jvps),
                       ("transpose", ad.primitive_transposes),
@@ -78,8 +117,8 @@ def transform_rule_keywords(prim) -> tuple[tuple[str, frozenset[str]], ...]:
     rule = table.get(prim) if hasattr(table, "get") else None
     if rule is None:
       continue
-    for held in _held_rules(rule):
-      takes = _takes(held)
-      if takes is not None:
-        out.append((role, takes))
+    for held, positional in _held_rules(rule):
+      read = _read(held, role, positional)
+      if read is not None:
+        out.append(read)
   return tuple(out)

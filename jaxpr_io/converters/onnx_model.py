@@ -140,7 +140,10 @@ def to_onnx(program, path: str | os.PathLike, *, opset: int | None = None,
         model_name="jaxpr_io",
         enable_double_precision=_uses_float64(closed), **kwargs)
   except (NotImplementedError, ValueError, TypeError, KeyError,
-          AssertionError) as e:
+          AssertionError, jax.errors.InconclusiveDimensionOperation) as e:
+    # (A symbolic dimension where jax2onnx needs a constant raises the
+    # last: "Symbolic dimension 'a + 1' used in a context that requires a
+    # constant".)
     raise UnsupportedError(
         f"jax2onnx {_version('jax2onnx')} could not convert the program: "
         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "

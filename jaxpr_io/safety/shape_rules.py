@@ -12,6 +12,9 @@ from typing import Any, Callable
 
 import math
 
+import jax
+import numpy as np
+
 from jaxpr_io import compat
 from jaxpr_io.compat import rule_params as compat_rule_params
 from jaxpr_io.compat import sharding as compat_sharding
@@ -167,17 +170,30 @@ def check_shapes(jaxpr) -> None:
 
 def _transform_params(eqn) -> str | None:
   """A param that a closed JVP, transpose or batching rule of this release
-  lacks (compat/rule_params.py): JAX passes it to the rule, which raises at
-  the first transformation, after abstract evaluation and the lowering let
-  it through (a file's `neg` with an `accuracy`)."""
+  lacks, or one that it requires and the equation lacks
+  (compat/rule_params.py): JAX passes the params to the rule, which raises
+  at the first transformation, after abstract evaluation and the lowering
+  let the equation through (a file's `neg` with an `accuracy`, a `tanh`
+  without one)."""
   names = eqn.params.keys()
-  for role, takes in compat_rule_params.transform_rule_keywords(
-      eqn.primitive):
-    extra = sorted(n for n in names if n not in takes)
+  # JAX calls JVP and transpose rules only for nonzero tangents and
+  # cotangents: of inexact values (an integer's are symbolic zeros).
+  differentiable = any(
+      jax.dtypes.issubdtype(getattr(v.aval, "dtype", np.int32), np.inexact)
+      for v in eqn.invars)
+  for rule in compat_rule_params.transform_rule_keywords(eqn.primitive):
+    if rule.role != "batching" and not differentiable:
+      continue
+    extra = sorted(n for n in names if n not in rule.takes)
     if extra:
       return (f"param {extra[0]!r} is not one that this JAX release's "
-              f"{role} rule for {eqn.primitive.name} takes: the program "
-              f"would fail under jax.grad, jax.jvp or jax.vmap")
+              f"{rule.role} rule for {eqn.primitive.name} takes: the "
+              "program would fail under jax.grad, jax.jvp or jax.vmap")
+    missing = [n for n in rule.required(len(eqn.invars)) if n not in names]
+    if missing:
+      return (f"param {missing[0]!r} is missing, and this JAX release's "
+              f"{rule.role} rule for {eqn.primitive.name} requires it: the "
+              "program would fail under jax.grad, jax.jvp or jax.vmap")
   return None
 
 

@@ -321,3 +321,27 @@ def test_saved_model_and_tflite_refuse_prng_key_arrays(tmp_path):
   with pytest.raises(jaxpr_io.UnsupportedError, match=r"^weight 0 is a "):
     converters.to_saved_model(weighted, tmp_path / "w")
   assert not (tmp_path / "k").exists()
+
+
+@needs_onnx
+def test_a_dimension_jax2onnx_needs_constant_is_an_unsupported_error(
+    tmp_path):
+  # The fuzzer's symbolic seed (a pad of (a, c) to (a + 1, c)) with its
+  # constraint `a >= c` replaced by a nest of min/max: jax2onnx compared
+  # `a + 1` and raised InconclusiveDimensionOperation out of to_onnx
+  # (fuzz case 6280), not the documented UnsupportedError.
+  from tests import hostile as h  # pylint: disable=g-import-not-at-top
+  from tests.fuzz import seeds  # pylint: disable=g-import-not-at-top
+  fn, args, _ = seeds.symbolic_two_vars()
+  data = jaxpr_io.dumps(jaxpr_io.trace(fn, *args))
+
+  def mutate(msg):
+    msg.symbolic_constraints[0] = (
+        "a >= min(min(max(min(min(max(min(c + c*2 + a*6, c), a), c), a), "
+        "a), c), a)")
+  prog = jaxpr_io.loads(h.craft(data, mutate), check=True)
+  with pytest.raises(jaxpr_io.UnsupportedError,
+                     match=r"jax2onnx .* could not convert the program: "
+                     r"InconclusiveDimensionOperation"):
+    converters.to_onnx(prog, tmp_path / "m.onnx")
+  assert not os.listdir(tmp_path)

@@ -67,13 +67,14 @@ def test_harness_roundtrip(harness, x64):
     try:
       loaded = assert_roundtrip(closed, as_user=True)
     except jaxpr_io.FormatError as e:
-      own = re.search(r"param '(\w+)' is not one that this JAX release's "
-                      r"(\w+) rule", str(e))
+      own = re.search(r"param '(\w+)' is (?:not one that|missing, and) "
+                      r"this JAX release's (\w+) rule", str(e))
       if own is None:
         raise
       # check=True refuses a param that a transformation rule of the
-      # primitive lacks: JAX's own transformation of the harness fails
-      # alike (conj bound with `_input_dtype`).
+      # primitive lacks, or misses one it requires: JAX's own
+      # transformation of the harness fails alike (conj bound with
+      # `_input_dtype`, mul_p bound without `out_dtype`).
       _assert_transform_fails(closed, args, own.group(2), own.group(1))
       loaded = assert_roundtrip(closed, check=False)
     expected = jax.jit(compat.jaxpr_as_fun(closed))(*args)
@@ -90,7 +91,7 @@ def _assert_transform_fails(closed, args, role: str, param: str) -> None:
       out, pullback = jax.vjp(fun, *args)
       pullback(jax.tree_util.tree_map(jax.numpy.ones_like, out))
     elif role == "JVP":
-      jax.jvp(fun, args, tuple(np.ones(np.shape(a), np.result_type(a))
-                               for a in args))
+      jax.jvp(fun, tuple(args), tuple(
+          np.ones(np.shape(a), np.result_type(a)) for a in args))
     else:
       jax.vmap(fun)(*[np.stack([a, a]) for a in args])
