@@ -97,7 +97,11 @@ def _placed(args, kwargs) -> bool:
 # What a runtime says when it has no kernel for an operation at a dtype:
 # the runtime's own limit (docs/runtime-coverage.md), not the program's.
 _RUNTIME_OWN = ("Could not find an implementation for",
-                "No Op registered for")
+                "No Op registered for",
+                # The LiteRT interpreter's kernels ("Only update, Add, ...
+                # are currently supported for stablehlo.scatter", a select
+                # of an int32 condition): issue 39's list.
+                "failed to prepare")
 
 
 def _run_heavy(name: str, prog, flat: list, declared, tmp: str) -> None:
