@@ -17,9 +17,10 @@ A rule registered through one of JAX's forwarding wrappers (`deflinear`,
 rules as partial arguments and call each with `**params`, is read through
 the wrapper, which also says how many values it passes positionally: the
 rule's parameters after those, without a default, are params the equation
-must have (sin's JVP rule `lambda g, x, accuracy: ...`). Any other rule
-that takes `**params` forwards them to code this module does not follow,
-and is not read (it accepts any name).
+must have (sin's JVP rule `lambda g, x, accuracy: ...`). Other rules are
+not read: one registered directly may be called otherwise than with
+`**params` (custom_jvp_call's transpose takes them as one dict), and one
+that takes `**params` forwards them to code this module does not follow.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ def transform_rule_keywords(prim) -> tuple[RuleKeywords, ...]:
       continue
     for held, positional in _held_rules(rule):
       read = _read(held, role, positional)
-      if read is not None:
+      # Only rules a forwarding wrapper holds: a rule registered directly
+      # may be called otherwise than with **params (custom_jvp_call's
+      # transpose takes the params as one dict).
+      if read is not None and positional is not None:
         out.append(read)
   return tuple(out)

@@ -107,15 +107,19 @@ def test_annotation_objects_give_the_kinds_of_their_text():
 def test_transformation_rules_read_from_jax_source():
   # jax/_src/lax/lax.py of 0.10.2-0.12.0.1: deflinear2(neg_p, lambda t,
   # operand: [neg(t)]); defjvp(sin_p, lambda g, x, accuracy: ...);
-  # slice's JVP and transpose rules name their params; scan's rules are
-  # functions of the params too; exp's rules take **params (not read).
+  # defbilinear(mul_p, _mul_transpose_left(ct, x, y, *, out_dtype), ...).
+  # Rules registered directly (slice's, custom_jvp_call's transpose, which
+  # takes the params as one dict) and rules taking **params (exp's) are
+  # not read.
   from jaxpr_io.compat import rule_params  # pylint: disable=g-import-not-at-top
-  keywords = lambda name: dict(
-      rule_params.transform_rule_keywords(_prim(name)))
-  assert keywords("neg") == {"transpose": {"t", "operand"}}
-  assert "accuracy" in keywords("sin")["JVP"]
-  for role in ("JVP", "transpose"):
-    assert {"start_indices", "limit_indices", "strides"} <= keywords(
-        "slice")[role]
-  assert {"jaxpr", "length", "reverse", "unroll"} <= keywords("scan")["JVP"]
-  assert keywords("exp") == {}
+  keywords = lambda name: {r.role: r for r in
+                           rule_params.transform_rule_keywords(_prim(name))}
+  assert keywords("neg")["transpose"].takes == {"t", "operand"}
+  sin = keywords("sin")["JVP"]
+  assert sin.takes == {"g", "x", "accuracy"}
+  assert sin.required(1) == ["accuracy"]
+  mul = keywords("mul")["transpose"]
+  assert {"ct", "x", "y", "out_dtype"} <= mul.takes
+  assert mul.required(2) == ["out_dtype"]
+  for name in ("slice", "custom_jvp_call", "exp"):
+    assert keywords(name) == {}, name
