@@ -57,6 +57,8 @@ import zlib
 
 import numpy as np
 
+from tests.support import zip_bytes as zip_archive
+
 PREFIX = b"BINDSRC:"
 # 48 bytes, a float32[4, 3] chunk stored raw.
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1r"
@@ -151,24 +153,16 @@ def npz_member(name: str, array: np.ndarray) -> tuple[str, bytes]:
 def zip_bytes(members, deflate: bool = False) -> bytes:
   """A zip archive of (name, data) members, names written as given (a NUL
   or backslash too: `zipfile` would change them)."""
-  out, central = bytearray(), bytearray()
+  entries = []
   for name, data in members:
-    body = data
-    method = 0
+    body, method = data, 0
     if deflate:
       c = zlib.compressobj(6, zlib.DEFLATED, -15)
       body, method = c.compress(data) + c.flush(), 8
-    name_b = name.encode("utf-8", "surrogatepass")
-    fields = (20, 0x800, method, 0, 0, zlib.crc32(data), len(body),
-              len(data), len(name_b), 0)
-    offset = len(out)
-    out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", *fields) + name_b
-    out += body
-    central += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20,
-                           *fields, 0, 0, 0, 0, offset) + name_b
-  end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(members),
-                    len(members), len(central), len(out), 0)
-  return bytes(out + central + end)
+    # Flag 0x800: the name is UTF-8.
+    entries.append((name.encode("utf-8", "surrogatepass"), 0x800, method,
+                    zlib.crc32(data), body, len(data)))
+  return zip_archive.archive(entries)
 
 
 # ------------------------------------------------------------ case making

@@ -29,6 +29,7 @@ import pytest
 
 import jaxpr_io
 from tests.hostile import craft, eqns, param, run_child, set_value
+from tests.support import zip_bytes
 
 pytestmark = pytest.mark.once
 
@@ -221,23 +222,14 @@ def zip_archive(members: list[tuple[str, bytes, bytes, int, int]]) -> bytes:
   """A zip archive of (name, prefix, deflate stream, the stream's inflated
   size, CRC of all) members: each member's data is `prefix` then what the
   stream inflates to, deflated as one raw stream."""
-  out, central = bytearray(), bytearray()
+  entries = []
   for name, prefix, stream, size, crc in members:
     head = zlib.compressobj(9, zlib.DEFLATED, -15)
     # The prefix deflated and sync-flushed (byte-aligned), then the given
     # stream: one valid raw deflate stream.
     body = head.compress(prefix) + head.flush(zlib.Z_SYNC_FLUSH) + stream
-    name_b = name.encode()
-    offset = len(out)
-    fields = (20, 0, 8, 0, 0, crc, len(body), len(prefix) + size,
-              len(name_b), 0)
-    out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", *fields) + name_b
-    out += body
-    central += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20,
-                           *fields, 0, 0, 0, 0, offset) + name_b
-  end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(members),
-                    len(members), len(central), len(out), 0)
-  return bytes(out + central + end)
+    entries.append((name.encode(), 0, 8, crc, body, len(prefix) + size))
+  return zip_bytes.archive(entries)
 
 
 def npz_member(name: str, array: np.ndarray):
