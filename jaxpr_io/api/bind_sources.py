@@ -14,6 +14,8 @@ A SOURCE is
 
 from __future__ import annotations
 
+import math
+import operator
 import os
 import warnings
 from typing import Any
@@ -135,11 +137,35 @@ class _OrbaxSource:
 
 class _OrbaxLeaf(Deferred):
   """An array of an Orbax checkpoint, by its key path from the item's
-  root."""
+  root, and the chunk shape its storage metadata declares (its `.zarray`,
+  zarr3 chunk grid or OCDBT entry, as Orbax reads it), or None."""
 
-  def __init__(self, source: _OrbaxSource, keys: tuple, shape, dtype):
+  def __init__(self, source: _OrbaxSource, keys: tuple, shape, dtype,
+               chunks: tuple[int, ...] | None = None):
     super().__init__(shape, dtype, source)
-    self.keys = keys
+    self.keys, self.chunks = keys, chunks
+
+  @property
+  def read_bytes(self) -> int:
+    """The array and the chunks covering it: TensorStore allocates each
+    chunk it decodes whole, so a `.zarray` declaring chunks of 2**30 x
+    2**30 for a 4 x 3 array would take 2**60 elements (`std::bad_alloc`,
+    which aborts the process) unless refused here first. `SourceError`
+    for chunks that are not one positive size per dimension."""
+    if self.chunks is None:
+      return self.nbytes
+    try:
+      chunks = tuple(operator.index(c) for c in self.chunks)
+    except TypeError:
+      chunks = ()
+    if len(chunks) != len(self.shape) or any(c <= 0 for c in chunks):
+      raise SourceError(
+          f"{self.source.path}: {'.'.join(map(str, self.keys))} declares "
+          f"chunks {str(self.chunks)[:100]} for an array of shape "
+          f"{list(self.shape)}; a chunk has one positive size per "
+          "dimension: the checkpoint is damaged")
+    grid = math.prod(-(-n // c) * c for n, c in zip(self.shape, chunks))
+    return self.nbytes + grid * self.dtype.itemsize
 
 
 class _OrbaxValue:
@@ -204,9 +230,14 @@ def _deferred_tree(node: Any, keys: tuple, source: _OrbaxSource) -> Any:
   shape, dtype = getattr(node, "shape", None), getattr(node, "dtype", None)
   if shape is not None and dtype is not None:
     try:
-      return _OrbaxLeaf(source, keys, tuple(shape), np.dtype(dtype))
+      leaf = _OrbaxLeaf(source, keys, tuple(shape), np.dtype(dtype))
     except TypeError:
-      pass
+      return _OrbaxValue(node)
+    # The chunk shape of its storage metadata (`.zarray`, zarr3 chunk
+    # grid, OCDBT entry), where this Orbax release reports it.
+    leaf.chunks = getattr(getattr(node, "storage", None), "chunk_shape",
+                          None)
+    return leaf
   return _OrbaxValue(node)
 
 

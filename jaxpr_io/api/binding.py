@@ -82,6 +82,13 @@ class Deferred:
   def nbytes(self) -> int:
     return math.prod(self.shape) * self.dtype.itemsize
 
+  @property
+  def read_bytes(self) -> int:
+    """The memory that reading it takes, charged against the source's
+    limit: the array, and what its storage decodes on the way
+    (`_OrbaxLeaf` adds its chunks)."""
+    return self.nbytes
+
 
 def _resolved(x):
   return x.resolve() if isinstance(x, Lazy) else x
@@ -302,11 +309,11 @@ def _read_deferred(bound: dict[int, Any]) -> None:
     if isinstance(x, Deferred):
       by_source.setdefault(id(x.source), (x.source, []))[1].append(i)
   for source, indices in by_source.values():
-    total = sum(bound[i].nbytes for i in indices)
+    total = sum(bound[i].read_bytes for i in indices)
     if source.limit is not None and total > source.limit:
       raise SourceError(
-          f"{source.name}: the arrays the program needs declare "
-          f"{total:,} bytes, over the {source.limit:,} that an untrusted "
+          f"{source.name}: reading the arrays the program needs (with the "
+          f"chunks their storage declares) takes {total:,} bytes, over the {source.limit:,} that an untrusted "
           f"source of its size may expand to ({limits.MEMORY_FACTOR}x its "
           f"size on disk + {limits.FIXED_OVERHEAD >> 20} MiB); nothing was "
           f"read. Pass trusted=True (jaxpr-load "

@@ -165,8 +165,11 @@ register_quantity(
     name="bytes decompressed from a bind source",
     counted="what the arrays the program needs declare in the source's "
             "metadata, read first (an Orbax item's tree metadata; each "
-            "needed `.npz` member's `.npy` header, at most 10,000 bytes); "
-            "members the program does not need are never read",
+            "needed `.npz` member's `.npy` header, at most 10,000 bytes), "
+            "and for an Orbax array also the chunks its storage metadata "
+            "declares, which TensorStore decodes whole (the chunk grid "
+            "covering the array, rounded up to whole chunks); members the "
+            "program does not need are never read",
     limit=f"{limits.MEMORY_FACTOR}x the source's size on disk (each file "
           "at the size of what a read returns: links followed, "
           f"jaxpr_io/api/source_paths.py) + {limits.FIXED_OVERHEAD >> 20} "

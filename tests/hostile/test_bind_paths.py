@@ -231,3 +231,52 @@ def test_program_restore_reads_only_inside_the_step(world, tmp_path):
   with pytest.raises(source_paths.UnsafeSourceError,
                      match="program.jaxpr resolves to .*outside"):
     restore()
+
+
+def test_chunks_a_zarray_declares_are_charged_before_orbax_reads(world):
+  """Fuzz case 5616 (seed 1): a `.zarray` declaring chunks of 2**30 x 2**30
+  for the 4 x 3 array made TensorStore allocate one chunk of 2**60 floats
+  inside Orbax's restore, and the process aborted (`std::bad_alloc`).
+  The chunks are charged with the array against the source's limit, so
+  the CLI ends in one line, within its budget; damaged chunk shapes are
+  refused in one line too. Both checkpoint formats still bind."""
+  root = world["root"]
+  cases = {}
+  for name, chunks, named in [
+      ("huge chunks", [1 << 30, 1 << 30], "chunks their storage declares"),
+      # TensorStore itself refuses these when Orbax reads the metadata.
+      ("zero chunk", [0, 3], "cannot read its metadata"),
+      ("short chunks", [4], "cannot read its metadata")]:
+    item = world["copy"](name.replace(" ", "_"))
+    zarray = json.loads((item / "params.w" / ".zarray").read_text())
+    zarray["chunks"] = chunks
+    (item / "params.w" / ".zarray").write_text(json.dumps(zarray))
+    cases[name] = (item, named)
+  out = root / "out_chunks"
+  out.mkdir()
+  runs = [f"{root}/predict.jaxpr|--bind|0={item}:params|-o|"
+          f"{out}/{i}.jaxpr" for i, (item, _) in enumerate(cases.values())]
+  child = run_limited(_CLI_CHILD, *runs)
+  results = child.lines("RC:")
+  assert len(results) == len(cases), str(child)
+  for (name, (item, named)), result in zip(cases.items(), results):
+    assert re.fullmatch(r"1 jaxpr-load: error: SourceError: .*", result), (
+        name, result)
+    assert named in result and str(item) in result, (name, result)
+  assert not list(out.iterdir()), list(out.iterdir())
+  assert_within(child, budget_mib(len(predict_file())))
+  # What is charged: the array and the chunk grid covering it.
+  leaf = bind_sources.load_source(f"{cases['huge chunks'][0]}:params")["w"]
+  assert leaf.read_bytes == W.nbytes + (1 << 60) * 4
+  x = np.ones((2, 4), np.float32)
+  for ocdbt in (False, True):
+    item = world["copy"](f"chunked{int(ocdbt)}", ocdbt=ocdbt)
+    source = bind_sources.load_source(f"{item}:params")
+    assert source["w"].read_bytes == 2 * W.nbytes, source["w"].chunks
+    served = jaxpr_io.loads(predict_file()).bind(source)
+    np.testing.assert_allclose(served(x), x @ W, rtol=1e-6)
+  # An Orbax release that reports chunks without validating them.
+  with pytest.raises(bind_sources.SourceError, match=r"declares chunks "
+                     r"\(0, 3\) for an array of shape \[4, 3\]"):
+    _ = bind_sources._OrbaxLeaf(source["w"].source, ("w",), W.shape, W.dtype,  # pylint: disable=protected-access
+                                (0, 3)).read_bytes
