@@ -170,12 +170,11 @@ def check_shapes(jaxpr) -> None:
 
 def _transform_params(eqn) -> str | None:
   """A param that a closed JVP, transpose or batching rule of this release
-  lacks (compat/rule_params.py): JAX passes the params to the rule, which
-  raises at the first transformation, after abstract evaluation and the
-  lowering let the equation through (a file's `neg` with an `accuracy`).
-  A param a rule requires and the equation lacks (`RuleKeywords.required`)
-  is not refused yet: JAX's own harnesses bind `reduce_max_p` without
-  `out_sharding`, and the exchange's files of them must keep loading."""
+  lacks, or one that it requires and the equation lacks
+  (compat/rule_params.py): JAX passes the params to the rule, which raises
+  at the first transformation, after abstract evaluation and the lowering
+  let the equation through (a file's `neg` with an `accuracy`, a `tanh`
+  without one)."""
   names = eqn.params.keys()
   # JAX calls JVP and transpose rules only for nonzero tangents and
   # cotangents: of inexact values (an integer's are symbolic zeros).
@@ -189,6 +188,11 @@ def _transform_params(eqn) -> str | None:
     if extra:
       return (f"param {extra[0]!r} is not one that this JAX release's "
               f"{rule.role} rule for {eqn.primitive.name} takes: the "
+              "program would fail under jax.grad, jax.jvp or jax.vmap")
+    missing = [n for n in rule.required(len(eqn.invars)) if n not in names]
+    if missing:
+      return (f"param {missing[0]!r} is missing, and this JAX release's "
+              f"{rule.role} rule for {eqn.primitive.name} requires it: the "
               "program would fail under jax.grad, jax.jvp or jax.vmap")
   return None
 

@@ -236,3 +236,32 @@ def test_a_param_a_transformation_rule_lacks_is_refused_by_check():
   # The unmutated file: check=True, and grad as the original's.
   np.testing.assert_array_equal(
       jax.grad(jaxpr_io.loads(data, check=True))(x), jax.grad(fn)(x))
+
+
+def test_a_param_a_transformation_rule_requires_must_be_there():
+  # tanh's JVP rule is `lambda g, ans, x, accuracy: ...` on 0.12 (a
+  # required param it is passed by name); the schema, merged over the
+  # releases, does not require it. A file's tanh without it ran and failed
+  # jax.grad (fuzz case 4901). Where this release's rule has no such
+  # parameter, the file is a valid program and must load.
+  from jaxpr_io.compat import rule_params  # pylint: disable=g-import-not-at-top
+  x = np.linspace(0.5, 1.5, 4).astype(F32)
+  fn = lambda x: jnp.sum(jnp.tanh(x))
+  data = jaxpr_io.dumps(jaxpr_io.trace(fn, x))
+
+  def mutate(msg):
+    _, eqn = _first(msg, "tanh")
+    del h.private_params(msg, eqn)[:]
+  bad = h.craft(data, mutate)
+  loaded = jaxpr_io.loads(bad)
+  tanh = registry.PRIMITIVES.all()["tanh"]
+  required = [n for r in rule_params.transform_rule_keywords(tanh)
+              for n in r.required(1)]
+  if "accuracy" not in required:
+    np.testing.assert_array_equal(jax.grad(jaxpr_io.loads(bad, check=True))(
+        x), jax.grad(fn)(x))
+    return
+  with pytest.raises(TypeError, match="accuracy"):
+    jax.grad(loaded)(x)
+  assert ("(tanh): param 'accuracy' is missing, and this JAX release's "
+          "JVP rule for tanh requires it") in _load_error(bad, check=True)

@@ -21,7 +21,6 @@ busy one): JAXPR_IO_HARNESS_SAMPLE=N JAXPR_IO_HARNESS_SHARD=k.
 from __future__ import annotations
 
 import os
-import re
 import zlib
 
 import jax
@@ -31,6 +30,7 @@ import pytest
 import jaxpr_io
 from jaxpr_io import compat
 from tests.support import harness_list
+from tests.support import transform_refusal
 from tests.support.roundtrip import assert_bit_identical, assert_roundtrip
 
 SAMPLE = int(os.environ.get("JAXPR_IO_HARNESS_SAMPLE", "25"))
@@ -67,31 +67,14 @@ def test_harness_roundtrip(harness, x64):
     try:
       loaded = assert_roundtrip(closed, as_user=True)
     except jaxpr_io.FormatError as e:
-      own = re.search(r"param '(\w+)' is (?:not one that|missing, and) "
-                      r"this JAX release's (\w+) rule", str(e))
+      own = transform_refusal.refused(e)
       if own is None:
         raise
-      # check=True refuses a param that a transformation rule of the
-      # primitive lacks, or misses one it requires: JAX's own
-      # transformation of the harness fails alike (conj bound with
-      # `_input_dtype`, mul_p bound without `out_dtype`).
-      _assert_transform_fails(closed, args, own.group(2), own.group(1))
+      # JAX's own transformation of the harness fails alike.
+      transform_refusal.assert_transform_fails(
+          compat.jaxpr_as_fun(closed), args, own[1], own[0])
       loaded = assert_roundtrip(closed, check=False)
     expected = jax.jit(compat.jaxpr_as_fun(closed))(*args)
     actual = jax.jit(compat.jaxpr_as_fun(loaded.closed_jaxpr))(*args)
     assert_bit_identical(actual, expected)
 
-
-def _assert_transform_fails(closed, args, role: str, param: str) -> None:
-  """JAX's `role` transformation of `closed` raises TypeError naming
-  `param`."""
-  fun = compat.jaxpr_as_fun(closed)
-  with pytest.raises(TypeError, match=param):
-    if role == "transpose":
-      out, pullback = jax.vjp(fun, *args)
-      pullback(jax.tree_util.tree_map(jax.numpy.ones_like, out))
-    elif role == "JVP":
-      jax.jvp(fun, tuple(args), tuple(
-          np.ones(np.shape(a), np.result_type(a)) for a in args))
-    else:
-      jax.vmap(fun)(*[np.stack([a, a]) for a in args])
