@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 
 from jaxpr_io.compat import symbolic
-from jaxpr_io.converters import folding, simplify, verify
+from jaxpr_io.converters import expansion, folding, simplify, verify
 from jaxpr_io.converters._common import as_program
 from jaxpr_io.converters.saved_model import _import_tf, to_saved_model
 from jaxpr_io.errors import UnsupportedError
@@ -41,12 +41,15 @@ def to_tflite(program, path: str | os.PathLike, *,
   was at `path`, and no temporaries.
 
   `trusted=True`: do not charge what TensorFlow's converter folds into
-  constant buffers (a program loaded without `trusted=True` is charged
-  otherwise: `converters.folding`).
+  constant buffers, nor the functions it inlines (a program loaded without
+  `trusted=True` is charged otherwise: `converters.folding`,
+  `converters.expansion`).
 
   Raises:
     FormatError: an untrusted program computes more from its constants
-      alone than its budget (the message names the largest equation).
+      alone than its budget (the message names the largest equation), or
+      expands to more equations than its budget once the converter copies
+      its calls and loop bodies (the message names the equation).
     UnsupportedError: the program cannot become a SavedModel, or
       TensorFlow's converter cannot express it in LiteRT's operators (the
       message says which).
@@ -57,6 +60,8 @@ def to_tflite(program, path: str | os.PathLike, *,
   _refuse_complex(prog)
   folding.check(prog, f"TensorFlow {tf.__version__}'s LiteRT converter",
                 trusted)
+  expansion.check(prog, f"TensorFlow {tf.__version__}'s LiteRT converter",
+                  trusted)
   with tempfile.TemporaryDirectory(prefix="jaxpr_io_tflite_") as tmp:
     saved = os.path.join(tmp, "saved_model")
     to_saved_model(prog, saved, platforms=("cpu",))

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from jaxpr_io import compat
-from jaxpr_io.converters import folding, simplify, verify
+from jaxpr_io.converters import expansion, folding, simplify, verify
 from jaxpr_io.converters._common import as_program
 from jaxpr_io.errors import UnsupportedError
 from jaxpr_io.format import files
@@ -117,21 +117,25 @@ def to_onnx(program, path: str | os.PathLike, *, opset: int | None = None,
     program: a `Program` or `ClosedJaxpr`.
     path: the `.onnx` file to write.
     opset: the ONNX opset; default: jax2onnx's default (21 in 0.17).
-    trusted: do not charge what jax2onnx folds into initializers (a
-      program loaded without `trusted=True` is charged otherwise:
-      `converters.folding`).
+    trusted: do not charge what jax2onnx folds into initializers and
+      the calls and loop bodies it copies (a program loaded without
+      `trusted=True` is charged otherwise: `converters.folding`,
+      `converters.expansion`).
 
   Raises:
     UnsupportedError: an equation's primitive has no ONNX conversion (the
       message names the equation), or jax2onnx failed on it.
     FormatError: an untrusted program computes more from its constants
-      alone than its budget (the message names the largest equation).
+      alone than its budget (the message names the largest equation), or
+      expands to more equations than its budget once the converter copies
+      its calls and loop bodies (the message names the equation).
     ImportError: jax2onnx or onnx is not installed.
   """
   jax2onnx, onnx, handled = _import_jax2onnx()
   prog = as_program(program)
   check_convertible(prog, handled)
   folding.check(prog, f"jax2onnx {_version('jax2onnx')}", trusted)
+  expansion.check(prog, f"jax2onnx {_version('jax2onnx')}", trusted)
   closed = simplify.for_inference(prog)
   kwargs = {} if opset is None else {"opset": int(opset)}
   try:

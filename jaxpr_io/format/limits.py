@@ -92,3 +92,13 @@ MAX_PRINTED_CHARACTERS = 1 << 24
 # every node, beyond the one the tree's charge covers. Real programs format
 # a handful of arguments.
 MAX_FORMAT_ARGUMENT_NODES = 1 << 16
+
+# ONNX's and LiteRT's converters copy each call and loop body once per
+# equation that holds it (jaxpr_io/converters/expansion.py): an untrusted
+# program may expand to CONVERSION_COPY_FACTOR x the equations it stores +
+# CONVERSION_FIXED_EQUATIONS. A layer function shared by up to about 60
+# layers of an unrolled model converts; a chain of calls doubling at each
+# level stops after a few levels (jax2onnx took 100 s for 2**10 copies of a
+# 6-equation loop nest). A few thousand equations convert in seconds.
+CONVERSION_COPY_FACTOR = 64
+CONVERSION_FIXED_EQUATIONS = 2048

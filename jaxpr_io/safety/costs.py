@@ -193,6 +193,22 @@ register_quantity(
           "limit for a program loaded with `trusted=True` or traced in the "
           "process, nor with the converter's `trusted=True`; "
           "`to_exported` and `to_saved_model` fold nothing)")
+register_quantity(
+    name="equations a conversion copies",
+    counted="the equations `converters.to_onnx` and `converters.to_tflite` "
+            "hand their converters, which copy each call and loop body once "
+            "per equation that holds it: an inlined call counts its body's "
+            "equations, any other equation 1 plus those of its sub-jaxprs, "
+            "each distinct jaxpr counted once and its count reused "
+            "(jaxpr_io/converters/expansion.py)",
+    limit=f"{limits.CONVERSION_COPY_FACTOR}x the equations the program "
+          "stores (each distinct jaxpr once) + "
+          f"{limits.CONVERSION_FIXED_EQUATIONS:,}, checked before the "
+          "converter runs, else a `FormatError` naming the equation that "
+          "contributes most (no limit for a program loaded with "
+          "`trusted=True` or traced in the process, nor with the "
+          "converter's `trusted=True`; `to_exported` and `to_saved_model` "
+          "keep the sharing)")
 
 
 def checked_equations_limit(stored_size: int, trusted: bool) -> int:

@@ -364,3 +364,48 @@ def test_conversions_are_charged_what_they_fold(tmp_path):
   # Refused before anything is built: the case costs next to nothing.
   io_cases.assert_within(child, io_cases.budget_mib(
       max(map(len, files.values()))), seconds=20)
+
+
+# ====================== 5. programs the converters copy exponentially
+_COPY_CHILD = """
+    import contextlib, io
+    from jaxpr_io import converters
+    from jaxpr_io.tools.load import main
+    prog = jaxpr_io.load(ARGS[0])
+    expect_format_error(converters.to_onnx, prog, ARGS[0] + ".onnx")
+    expect_format_error(converters.to_tflite, prog, ARGS[0] + ".tflite")
+    for argv in ARGS[1:]:
+      err = io.StringIO()
+      with contextlib.redirect_stderr(err):
+        rc = main(argv.split("|"))
+      errors = [l for l in err.getvalue().splitlines() if ": error: " in l]
+      print("RC:", rc, "|".join(errors), flush=True)
+"""
+
+
+@needs_runtimes
+def test_conversions_are_charged_the_copies_they_make(tmp_path):
+  """Fuzz case 6356 (seed 0): ten scan bodies, each holding two scans of
+  the next, 26 equations in a 4 kB file; jax2onnx copies each body per
+  scan, 2**10 times, and took 100 s. Here 22 equations in 2 kB, refused
+  before the converters start."""
+  from tests.converters.test_expansion import doubling_chain  # pylint: disable=g-import-not-at-top
+  data = jaxpr_io.dumps(jaxpr_io.trace(doubling_chain(10, loops=True),
+                                       io_cases.X4))
+  assert len(data) < 8192, len(data)
+  path = io_cases.write(tmp_path / "chain.jaxpr", data)
+  runs = [f"{path}|{flag}|{tmp_path}/chain.{ext}"
+          for flag, ext in (("--to-onnx", "onnx"), ("--to-tflite", "tflite"))]
+  child = run_converting(_COPY_CHILD, path, *runs)
+  errors = child.lines("FORMAT_ERROR:")
+  results = child.lines("RC:")
+  assert len(errors) == 2 and len(results) == 2, str(child)
+  for message in errors + [r.split(": error: ", 1)[1] for r in results]:
+    assert re.match(r"(FormatError: )?equation 0: primitive scan expands to "
+                    r"2,047 equations for .*: the program's 22 stored "
+                    r"equations expand to 4,094, over the 3,456 .*"
+                    r"trusted=True", message), message
+  assert all(r.startswith("1 jaxpr-load: error: FormatError: ")
+             for r in results), results
+  assert sorted(os.listdir(tmp_path)) == ["chain.jaxpr"]
+  io_cases.assert_within(child, io_cases.budget_mib(len(data)), seconds=20)
