@@ -90,6 +90,12 @@ DebugInfo = lu.DebugInfo
 # JAX's marker for a DebugInfo whose result paths are not computed yet.
 INITIAL_RESULT_PATHS = getattr(lu, "initial_result_paths", None)
 MemorySpace = core.MemorySpace
+# The memory spaces a jax.Array's aval can have: those of the memory kinds
+# of its sharding (`core.mem_kind_to_space`, whose inverse JAX calls where
+# a program's inputs and outputs cross a jit boundary). `Any` is not one:
+# it is for values inside `jax.experimental.fused` computations.
+ARRAY_MEMORY_SPACES = frozenset(
+    core.mem_kind_to_space(kind) for kind in (None, "device", "pinned_host"))
 ManualAxisType = core.ManualAxisType
 empty_manual_axis_type = core.empty_mat
 

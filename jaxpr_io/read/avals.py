@@ -488,3 +488,22 @@ class AvalReader:
       literal = self._literals[index] = (
           self.array(index), self.aval(self.msg.arrays[index].aval))
     return compat.Literal(*literal)
+
+
+def check_boundary_memory_spaces(closed, source: str) -> None:
+  """The program's inputs and outputs are arrays, whose memory space is one
+  an array has (`compat.ARRAY_MEMORY_SPACES`): JAX maps it to a memory
+  kind where they cross a jit boundary (`jax.export`'s call, a sharded
+  `jit`) and has none for `Any` (fuzz case 22529: an input of memory space
+  Any passed `check=True`, and its `Exported` could not be called)."""
+  for what, variables in (("input", closed.jaxpr.invars),
+                          ("output", closed.jaxpr.outvars)):
+    for i, var in enumerate(variables):
+      space = getattr(getattr(var, "aval", None), "memory_space", None)
+      if (isinstance(space, compat.MemorySpace)
+          and space not in compat.ARRAY_MEMORY_SPACES):
+        raise FormatError(
+            f"{source}: program {what} {i} has memory space {space.name}, "
+            "which no array has (arrays are in "
+            f"{' or '.join(sorted(s.name for s in compat.ARRAY_MEMORY_SPACES))}"
+            " memory); the file is damaged or was not written by jaxpr_io")

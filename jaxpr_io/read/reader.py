@@ -588,6 +588,7 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
     raise FormatError(f"{source}: the input signature {in_tree} is not the "
                       "structure of (args tuple, kwargs dict with string "
                       "keys); the program could not be called")
+  read_avals.check_boundary_memory_spaces(closed, source)
   if in_tree.num_leaves != len(closed.jaxpr.invars):
     raise FormatError(
         f"{source}: the input signature has {in_tree.num_leaves} leaves but "
@@ -597,3 +598,4 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
         f"{source}: the output signature has {out_tree.num_leaves} leaves "
         f"but the program returns {len(closed.jaxpr.outvars)} outputs")
   return closed, in_tree, out_tree, msg, reader
+

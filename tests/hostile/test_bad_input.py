@@ -1629,3 +1629,22 @@ def test_fuzz_blob_bytes(data):
     prog.closed_jaxpr  # pylint: disable=pointless-statement
   with pytest.raises(FormatError, match=r"checksum mismatch for the blob"):
     jaxpr_io.loads(corrupt, check=True)
+
+
+def test_program_inputs_are_in_an_array_memory_space():
+  """Fuzz case 22529 (seed 0): an input of memory space Any (which only
+  values inside `jax.experimental.fused` have) passed `check=True`, and
+  the `Exported` of the program failed at its call (JAX has no memory kind
+  for it). Outputs are checked by the same code."""
+  data = jaxpr_io.dumps(jaxpr_io.trace(lambda x: x * 2.0,
+                                       np.ones(3, np.float32)))
+
+  def mutate(msg):
+    jaxpr = msg.jaxprs[msg.closed_jaxprs[msg.root].jaxpr]
+    aval = msg.avals[jaxpr.invars[0]]
+    aval.shaped_array.memory_space = pb.MemorySpace["MEMORY_SPACE_ANY"]
+  bad = proto_edit.edited(data, mutate)
+  with pytest.raises(jaxpr_io.FormatError, match=(
+      r"program input 0 has memory space Any, which no array has \(arrays "
+      r"are in Device or Host memory\)")):
+    jaxpr_io.loads(bad)
