@@ -98,6 +98,11 @@ def _placed(args, kwargs) -> bool:
 # the runtime's own limit (docs/runtime-coverage.md), not the program's.
 _RUNTIME_OWN = ("Could not find an implementation for",
                 "No Op registered for",
+                # ONNX Runtime's type check of a node whose operator has no
+                # kernel for the type ("Type 'tensor(uint2)' of input
+                # parameter (arg1) of operator (Gemm) ... is invalid": ONNX
+                # has 2-bit integers, ONNX Runtime's Gemm does not).
+                "Type Error: Type 'tensor(",
                 # The LiteRT interpreter's kernels ("Only update, Add, ...
                 # are currently supported for stablehlo.scatter", a select
                 # of an int32 condition): issue 39's list.
