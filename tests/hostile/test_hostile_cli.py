@@ -314,17 +314,18 @@ def folding_files() -> dict[str, bytes]:
           for name, fn in (("broadcast", broadcast), ("iota", iota))}
 
 
-# The library on the two files of ARGS[:2], then the CLI on the command
-# lines of ARGS[2:].
+# The library on the first int(ARGS[0]) files of ARGS[1:], then the CLI on
+# the command lines after them.
 _FOLD_CHILD = """
     import contextlib, io
     from jaxpr_io import converters
     from jaxpr_io.tools.load import main
-    for path in ARGS[:2]:
+    n = int(ARGS[0])
+    for path in ARGS[1:1 + n]:
       prog = jaxpr_io.load(path)
       expect_format_error(converters.to_onnx, prog, path + ".onnx")
       expect_format_error(converters.to_tflite, prog, path + ".tflite")
-    for argv in ARGS[2:]:
+    for argv in ARGS[1 + n:]:
       err = io.StringIO()
       with contextlib.redirect_stderr(err):
         rc = main(argv.split("|"))
@@ -343,8 +344,8 @@ def test_conversions_are_charged_what_they_fold(tmp_path):
   runs = [f"{paths[k]}|{flag}|{tmp_path}/{k}.{ext}"
           for k in paths for flag, ext in (("--to-onnx", "onnx"),
                                            ("--to-tflite", "tflite"))]
-  child = run_converting(_FOLD_CHILD, paths["broadcast"], paths["iota"],
-                         *runs)
+  child = run_converting(_FOLD_CHILD, "2", paths["broadcast"],
+                         paths["iota"], *runs)
   errors = child.lines("FORMAT_ERROR:")
   results = child.lines("RC:")
   assert len(errors) == 4 and len(results) == 4, str(child)
@@ -367,22 +368,6 @@ def test_conversions_are_charged_what_they_fold(tmp_path):
 
 
 # ====================== 5. programs the converters copy exponentially
-_COPY_CHILD = """
-    import contextlib, io
-    from jaxpr_io import converters
-    from jaxpr_io.tools.load import main
-    prog = jaxpr_io.load(ARGS[0])
-    expect_format_error(converters.to_onnx, prog, ARGS[0] + ".onnx")
-    expect_format_error(converters.to_tflite, prog, ARGS[0] + ".tflite")
-    for argv in ARGS[1:]:
-      err = io.StringIO()
-      with contextlib.redirect_stderr(err):
-        rc = main(argv.split("|"))
-      errors = [l for l in err.getvalue().splitlines() if ": error: " in l]
-      print("RC:", rc, "|".join(errors), flush=True)
-"""
-
-
 @needs_runtimes
 def test_conversions_are_charged_the_copies_they_make(tmp_path):
   """Fuzz case 6356 (seed 0): ten scan bodies, each holding two scans of
@@ -396,7 +381,7 @@ def test_conversions_are_charged_the_copies_they_make(tmp_path):
   path = io_cases.write(tmp_path / "chain.jaxpr", data)
   runs = [f"{path}|{flag}|{tmp_path}/chain.{ext}"
           for flag, ext in (("--to-onnx", "onnx"), ("--to-tflite", "tflite"))]
-  child = run_converting(_COPY_CHILD, path, *runs)
+  child = run_converting(_FOLD_CHILD, "1", path, *runs)
   errors = child.lines("FORMAT_ERROR:")
   results = child.lines("RC:")
   assert len(errors) == 2 and len(results) == 2, str(child)
