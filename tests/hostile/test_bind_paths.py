@@ -144,16 +144,24 @@ def _assert_nothing_leaked(world, child, out_dir: pathlib.Path) -> None:
       assert SECRET[:16] not in data and PRIVATE.tobytes()[:16] not in data
 
 
-def test_bind_sources_read_nothing_outside_the_named_checkpoint(world):
-  root = world["root"]
-  cases = _tampered(world)
-  out = root / "out"
+def _bind_each(root: pathlib.Path, cases: dict, out: pathlib.Path):
+  """(child, its one-line results) of `jaxpr-load --bind 0=ITEM:params`
+  of predict.jaxpr for each case's item, saving into `out`, in one
+  process under the address-space limit."""
   out.mkdir()
   runs = [f"{root}/predict.jaxpr|--bind|0={item}:params|-o|"
           f"{out}/{i}.jaxpr" for i, (item, _) in enumerate(cases.values())]
   child = run_limited(_CLI_CHILD, *runs)
   results = child.lines("RC:")
   assert len(results) == len(cases), str(child)
+  return child, results
+
+
+def test_bind_sources_read_nothing_outside_the_named_checkpoint(world):
+  root = world["root"]
+  cases = _tampered(world)
+  out = root / "out"
+  child, results = _bind_each(root, cases, out)
   for (name, (item, named)), result in zip(cases.items(), results):
     assert re.fullmatch(r"1 jaxpr-load: error: UnsafeSourceError: .*",
                         result), (name, result)
@@ -253,12 +261,7 @@ def test_chunks_a_zarray_declares_are_charged_before_orbax_reads(world):
     (item / "params.w" / ".zarray").write_text(json.dumps(zarray))
     cases[name] = (item, named)
   out = root / "out_chunks"
-  out.mkdir()
-  runs = [f"{root}/predict.jaxpr|--bind|0={item}:params|-o|"
-          f"{out}/{i}.jaxpr" for i, (item, _) in enumerate(cases.values())]
-  child = run_limited(_CLI_CHILD, *runs)
-  results = child.lines("RC:")
-  assert len(results) == len(cases), str(child)
+  child, results = _bind_each(root, cases, out)
   for (name, (item, named)), result in zip(cases.items(), results):
     assert re.fullmatch(r"1 jaxpr-load: error: SourceError: .*", result), (
         name, result)
