@@ -312,8 +312,9 @@ def _read_deferred(bound: dict[int, Any]) -> None:
     total = sum(bound[i].read_bytes for i in indices)
     if source.limit is not None and total > source.limit:
       raise SourceError(
-          f"{source.name}: reading the arrays the program needs (with the "
-          f"chunks their storage declares) takes {total:,} bytes, over the {source.limit:,} that an untrusted "
+          f"{source.name}: the arrays the program needs (and the chunks "
+          f"their storage declares) declare {total:,} bytes, over the "
+          f"{source.limit:,} that an untrusted "
           f"source of its size may expand to ({limits.MEMORY_FACTOR}x its "
           f"size on disk + {limits.FIXED_OVERHEAD >> 20} MiB); nothing was "
           f"read. Pass trusted=True (jaxpr-load "

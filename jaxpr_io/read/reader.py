@@ -598,4 +598,3 @@ def _read(data_container: container.Container, *, verify_blobs: bool,
         f"{source}: the output signature has {out_tree.num_leaves} leaves "
         f"but the program returns {len(closed.jaxpr.outvars)} outputs")
   return closed, in_tree, out_tree, msg, reader
-
