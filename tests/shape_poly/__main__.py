@@ -10,7 +10,8 @@ hours a release, two runs beside each other on a 2-core machine
 (2026-11-27): the list proper is slow (12 to 19 s a harness), the vmap_*
 harnesses fast (about 1 s). `--vmap-per-group 1` runs the list proper and
 the first of each vmap_* group (417 and 419 harnesses); `--skip-done FILE`
-then runs the rest, or resumes a run.
+then runs the rest, or resumes a run (`--out` appends). `--shard 0/2` and
+`--shard 1/2` split the list between two processes of even load.
 """
 
 from __future__ import annotations
@@ -97,10 +98,15 @@ def main(argv=None) -> int:
                       help="leave out the harnesses these JSON lines files "
                            "(earlier --outs) hold: resume a run, or "
                            "run the rest of the list after a sample")
+  parser.add_argument("--shard", default=None, metavar="I/N",
+                      help="only every N-th harness of the list, from the "
+                           "I-th (0-based): N processes of even load")
   parser.add_argument("--reverse", action="store_true",
                       help="run the list from its end: a second process "
                            "beside a first one, the two meeting halfway")
-  parser.add_argument("--out", default=None, help="JSON lines, per harness")
+  parser.add_argument("--out", default=None,
+                      help="JSON lines, per harness, appended to (with "
+                           "--skip-done on the same file, a run resumes)")
   parser.add_argument("--summary", default=None, metavar="JSONL[,...]",
                       help="only summarize these JSON lines files (a "
                            "harness in several: the last file's record)")
@@ -129,6 +135,9 @@ def main(argv=None) -> int:
           continue
       kept.append(h)
     harnesses = kept
+  if args.shard:
+    index, count = (int(n) for n in args.shard.split("/"))
+    harnesses = harnesses[index::count]
   if args.skip_done:
     done = _read(args.skip_done)
     harnesses = [h for h in harnesses if h.fullname not in done]
@@ -136,7 +145,7 @@ def main(argv=None) -> int:
     harnesses.reverse()
   if args.limit:
     harnesses = harnesses[:args.limit]
-  out = open(args.out, "w") if args.out else None
+  out = open(args.out, "a") if args.out else None
   records = []
   start = time.time()
   for i, h in enumerate(harnesses):
