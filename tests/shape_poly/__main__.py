@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import sys
 import time
 import zlib
@@ -64,9 +65,11 @@ def failures(records) -> list[str]:
 
 def _read(paths: str) -> dict:
   """{harness name: record} of comma-separated JSON lines files, a later
-  record of a name replacing an earlier one."""
+  record of a name replacing an earlier one; a missing file holds none."""
   records = {}
   for path in paths.split(","):
+    if not os.path.exists(path):  # a run not yet started: nothing done
+      continue
     with open(path) as f:
       for line in f:
         if line.strip():
