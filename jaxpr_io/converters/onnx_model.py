@@ -106,6 +106,31 @@ def _rename_in_subgraph(graph, mapping) -> None:
         _rename_in_subgraph(sub, mapping)
 
 
+def _name_outputs(model, onnx) -> None:
+  """Names the graph's outputs `out0`, `out1`, ...: a value a node of the
+  graph computes, output once, is renamed; any other (an input, an
+  initializer from a literal output, a value output twice) is given its
+  name by an Identity node, as renaming it would rename an input or leave
+  the output without a producer (fuzz case 23199: a literal output)."""
+  graph = model.graph
+  produced = {name for node in graph.node for name in node.output}
+  names = [v.name for v in graph.output]
+  counts = {n: names.count(n) for n in names}
+  rename_old, rename_new = [], []
+  for i, (value, name) in enumerate(zip(graph.output, names)):
+    target = f"out{i}"
+    if name == target:
+      continue
+    if name in produced and counts[name] == 1:
+      rename_old.append(name)
+      rename_new.append(target)
+    else:
+      graph.node.append(onnx.helper.make_node(
+          "Identity", [name], [target], name=f"jaxpr_io_output{i}"))
+      value.name = target
+  _rename(model, rename_old, rename_new)
+
+
 def to_onnx(program, path: str | os.PathLike, *, opset: int | None = None,
             trusted: bool = False):
   """Writes `program` as an ONNX model to `path` (see module doc) and
@@ -154,8 +179,7 @@ def to_onnx(program, path: str | os.PathLike, *, opset: int | None = None,
         f"{_ADVICE}") from None
   _rename(model, [v.name for v in model.graph.input],
           [f"arg{i}" for i in range(len(model.graph.input))])
-  _rename(model, [v.name for v in model.graph.output],
-          [f"out{i}" for i in range(len(model.graph.output))])
+  _name_outputs(model, onnx)
   path = os.fspath(path)
   with files.replaced_file(path) as tmp:
     # The format onnx.save would take from the target's extension (the

@@ -345,3 +345,37 @@ def test_a_dimension_jax2onnx_needs_constant_is_an_unsupported_error(
                      r"InconclusiveDimensionOperation"):
     converters.to_onnx(prog, tmp_path / "m.onnx")
   assert not os.listdir(tmp_path)
+
+
+def _outputs_of_every_kind(x):
+  """Outputs that no operation of their own computes: an input, a literal
+  (JAX keeps a constant output as a Literal outvar), and one value twice."""
+  y = x * 2.0
+  return x, jnp.float32(1.5), y, y, jnp.sin(x)
+
+
+@needs_onnx
+def test_onnx_outputs_that_are_inputs_literals_or_repeated(tmp_path):
+  # Fuzz case 23199: an output edited to a literal became a model whose
+  # output `out0` no node produced (its initializer kept jax2onnx's name),
+  # which ONNX Runtime refused to load.
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  prog = _loaded(_outputs_of_every_kind, x)
+  outvars = prog.closed_jaxpr.jaxpr.outvars
+  assert type(outvars[1]).__name__ == "Literal", outvars
+  converters.to_onnx(prog, tmp_path / "m.onnx")
+  outs = converters.run_onnx(tmp_path / "m.onnx", [x])
+  _close(outs, _outputs_of_every_kind(x))
+  import onnx  # pylint: disable=g-import-not-at-top
+  model = onnx.load(tmp_path / "m.onnx")
+  assert [v.name for v in model.graph.input] == ["arg0"]
+  assert [v.name for v in model.graph.output] == [f"out{i}" for i in range(5)]
+
+
+@needs_litert
+def test_tflite_outputs_that_are_inputs_literals_or_repeated(tmp_path):
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  prog = _loaded(_outputs_of_every_kind, x)
+  converters.to_tflite(prog, tmp_path / "m.tflite")
+  outs = converters.run_tflite(tmp_path / "m.tflite", [x])
+  _close(outs, _outputs_of_every_kind(x))
