@@ -17,10 +17,18 @@ A rule registered through one of JAX's forwarding wrappers (`deflinear`,
 rules as partial arguments and call each with `**params`, is read through
 the wrapper, which also says how many values it passes positionally: the
 rule's parameters after those, without a default, are params the equation
-must have (sin's JVP rule `lambda g, x, accuracy: ...`). Other rules are
-not read: one registered directly may be called otherwise than with
-`**params` (custom_jvp_call's transpose takes them as one dict), and one
-that takes `**params` forwards them to code this module does not follow.
+must have (sin's JVP rule `lambda g, x, accuracy: ...`). A rule registered
+directly is read where every supported release calls it with `**params`:
+a JVP rule, always `jvp(primals, tangents, **params)` (ad.py's
+`JVPTrace.process_primitive` and `linearize_from_jvp`; sub's closed
+`_sub_jvp(primals, tangents)`), and the transpose rule of a primitive that
+is not a call primitive, always `rule(ct, *primals, **params)` (ad.py's
+`backward_pass`; 0.10.2 passes a call primitive's params as one dict).
+Other rules are not read: a fancy transpose registered directly need not
+match its call (0.10.2's custom_jvp_call's takes the params as one dict
+and is never called there), a batching rule is wrapped in a closure, and
+one that takes `**params` forwards them to code this module does not
+follow.
 """
 
 from __future__ import annotations
@@ -60,6 +68,16 @@ class RuleKeywords(NamedTuple):
   positional: tuple[int, bool] | None
   parameters: tuple[tuple[str, bool], ...]
 
+  def keywords(self, n_inputs: int) -> frozenset[str]:
+    """The params a call of this rule for an equation of `n_inputs` inputs
+    can pass by name: its parameters after the positional values (a param
+    named as one of those would be passed twice)."""
+    if self.positional is None:
+      return self.takes
+    fixed, per_input = self.positional
+    first = fixed + (n_inputs if per_input else 0)
+    return frozenset(name for name, _ in self.parameters[first:])
+
   def required(self, n_inputs: int) -> list[str]:
     """The params a call of this rule for an equation of `n_inputs` inputs
     must pass (those its parameters after the positional values lack a
@@ -92,9 +110,14 @@ def _read(fn, role: str, positional) -> RuleKeywords | None:
                       tuple(params))
 
 
-def _held_rules(rule) -> list[tuple[object, tuple[int, bool] | None]]:
+# How JAX calls a rule registered directly in each table, where every
+# supported release calls it with **params (see the module doc).
+_DIRECT = {"JVP": (2, False), "transpose": (1, True)}
+
+
+def _held_rules(rule, direct) -> list[tuple[object, tuple[int, bool] | None]]:
   """(rule, positional) for the rules a forwarding wrapper's partial holds
-  (the rule itself, with None, otherwise)."""
+  (the rule itself, with `direct`, otherwise)."""
   if isinstance(rule, functools.partial) and rule.func in _FORWARDING:
     held = []
     for arg in rule.args:
@@ -102,7 +125,7 @@ def _held_rules(rule) -> list[tuple[object, tuple[int, bool] | None]]:
       held.extend((a, _FORWARDING[rule.func]) for a in items
                   if inspect.isfunction(a) or isinstance(a, functools.partial))
     return held
-  return [(rule, None)]
+  return [(rule, direct)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,19 +133,20 @@ def transform_rule_keywords(prim) -> tuple[RuleKeywords, ...]:
   """The closed JVP, transpose and batching rules this release registers
   for `prim`."""
   out = []
-  for role, table in (("JVP", ad.primitive_jvps),
-                      ("transpose", ad.primitive_transposes),
-                      ("transpose", getattr(ad, "fancy_transposes", {})),
-                      ("batching", batching.fancy_primitive_batchers),
-                      ("batching", batching.primitive_batchers)):
+  plain_transpose = None if prim.call_primitive else _DIRECT["transpose"]
+  for role, table, direct in (
+      ("JVP", ad.primitive_jvps, _DIRECT["JVP"]),
+      ("transpose", ad.primitive_transposes, plain_transpose),
+      ("transpose", getattr(ad, "fancy_transposes", {}), None),
+      ("batching", batching.fancy_primitive_batchers, None),
+      ("batching", batching.primitive_batchers, None)):
     rule = table.get(prim) if hasattr(table, "get") else None
     if rule is None:
       continue
-    for held, positional in _held_rules(rule):
+    for held, positional in _held_rules(rule, direct):
       read = _read(held, role, positional)
-      # Only rules a forwarding wrapper holds: a rule registered directly
-      # may be called otherwise than with **params (custom_jvp_call's
-      # transpose takes the params as one dict).
+      # Only rules whose call is known (held by a forwarding wrapper, or
+      # registered directly in a table JAX calls with **params).
       if read is not None and positional is not None:
         out.append(read)
   return tuple(out)

@@ -184,7 +184,8 @@ def _transform_params(eqn) -> str | None:
   for rule in compat_rule_params.transform_rule_keywords(eqn.primitive):
     if rule.role != "batching" and not differentiable:
       continue
-    extra = sorted(n for n in names if n not in rule.takes)
+    takes = rule.keywords(len(eqn.invars))
+    extra = sorted(n for n in names if n not in takes)
     if extra:
       return (f"param {extra[0]!r} is not one that this JAX release's "
               f"{rule.role} rule for {eqn.primitive.name} takes: the "

@@ -108,9 +108,12 @@ def test_transformation_rules_read_from_jax_source():
   # jax/_src/lax/lax.py of 0.10.2-0.12.0.1: deflinear2(neg_p, lambda t,
   # operand: [neg(t)]); defjvp(sin_p, lambda g, x, accuracy: ...);
   # defbilinear(mul_p, _mul_transpose_left(ct, x, y, *, out_dtype), ...).
-  # Rules registered directly (slice's, custom_jvp_call's transpose, which
-  # takes the params as one dict) and rules taking **params (exp's) are
-  # not read.
+  # Rules registered directly are read where JAX calls them with
+  # **params: JVP rules (slice's `_slice_jvp_rule(primals, tangents, *,
+  # start_indices, limit_indices, strides)`, sub's closed `_sub_jvp(primals,
+  # tangents)`); a fancy transpose (slice's, 0.10.2's custom_jvp_call's,
+  # which takes the params as one dict) and rules taking **params (exp's)
+  # are not read.
   from jaxpr_io.compat import rule_params  # pylint: disable=g-import-not-at-top
   keywords = lambda name: {r.role: r for r in
                            rule_params.transform_rule_keywords(_prim(name))}
@@ -121,5 +124,12 @@ def test_transformation_rules_read_from_jax_source():
   mul = keywords("mul")["transpose"]
   assert {"ct", "x", "y", "out_dtype"} <= mul.takes
   assert mul.required(2) == ["out_dtype"]
-  for name in ("slice", "custom_jvp_call", "exp"):
+  slice_jvp = keywords("slice")["JVP"]
+  assert slice_jvp.keywords(1) == {"start_indices", "limit_indices",
+                                   "strides"}
+  assert sorted(slice_jvp.required(1)) == ["limit_indices", "start_indices",
+                                           "strides"]
+  assert keywords("sub")["JVP"].keywords(2) == frozenset()
+  assert set(keywords("slice")) == {"JVP"}
+  for name in ("custom_jvp_call", "exp"):
     assert keywords(name) == {}, name

@@ -238,6 +238,37 @@ def test_a_param_a_transformation_rule_lacks_is_refused_by_check():
       jax.grad(jaxpr_io.loads(data, check=True))(x), jax.grad(fn)(x))
 
 
+def test_a_param_a_directly_registered_jvp_rule_lacks_is_refused():
+  # sub's JVP rule is registered directly, `_sub_jvp(primals, tangents)`,
+  # and JAX calls every JVP rule as `jvp(primals, tangents, **params)`. A
+  # file's mul turned into sub kept mul's `out_dtype` (the schema allows
+  # it where a release's sub has it): it passed check=True and failed
+  # jax.grad inside JAX (fuzz seed 0 case 46522).
+  x = np.linspace(0.5, 1.5, 4).astype(F32)
+  fn = lambda x: jnp.sum(jnp.sin(x) - x)
+  data = jaxpr_io.dumps(jaxpr_io.trace(fn, x))
+  where = {}
+
+  def mutate(msg):
+    where["i"], eqn = _first(msg, "sub")
+    h.param(msg, eqn, "out_dtype", add=True).none.SetInParent()
+  bad = h.craft(data, mutate)
+  try:
+    loaded = jaxpr_io.loads(bad)
+  except jaxpr_io.FormatError as e:
+    # This release's schema has no such param of sub: refused at load.
+    assert "out_dtype" in str(e), e
+    return
+  np.testing.assert_array_equal(loaded(x), jax.jit(fn)(x))
+  with pytest.raises(TypeError, match="out_dtype"):
+    jax.grad(loaded)(x)
+  message = _load_error(bad, check=True)
+  assert (f"equation {where['i']} (sub): param 'out_dtype' is not one that "
+          "this JAX release's JVP rule for sub takes") in message
+  np.testing.assert_array_equal(
+      jax.grad(jaxpr_io.loads(data, check=True))(x), jax.grad(fn)(x))
+
+
 def test_a_param_a_transformation_rule_requires_must_be_there():
   # tanh's JVP rule is `lambda g, ans, x, accuracy: ...` on 0.12 (a
   # required param it is passed by name); the schema, merged over the
