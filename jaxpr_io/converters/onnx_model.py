@@ -16,6 +16,7 @@ protobuf limit of 2 GiB applies to the whole model.
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Sequence
 
@@ -115,7 +116,7 @@ def _name_outputs(model, onnx) -> None:
   graph = model.graph
   produced = {name for node in graph.node for name in node.output}
   names = [v.name for v in graph.output]
-  counts = {n: names.count(n) for n in names}
+  counts = collections.Counter(names)
   rename_old, rename_new = [], []
   for i, (value, name) in enumerate(zip(graph.output, names)):
     target = f"out{i}"

@@ -210,61 +210,41 @@ def test_an_array_in_axes_is_refused():
   assert "param 'axes' of 'reduce_sum'" in message and "tuple/array" in message
 
 
-def test_a_param_a_transformation_rule_lacks_is_refused_by_check():
-  # neg's lowering names an optional `accuracy` (the schema has it: a
-  # release's definitions), its transpose rule takes no params: a file's
-  # neg with `accuracy=None` binds, runs, and failed jax.grad inside JAX
-  # (found by the fuzzer: a TypeError from linear_transpose2).
+# (primitive, the param a file adds, the rule lacking it, the program):
+# neg's lowering names an optional `accuracy` (the schema has it: a
+# release's definitions), its transpose rule takes no params; sub's JVP
+# rule is registered directly, `_sub_jvp(primals, tangents)`, and JAX calls
+# every JVP rule as `jvp(primals, tangents, **params)`, so a file's mul
+# turned into sub that kept mul's `out_dtype` (fuzz seed 0 case 46522) is
+# refused alike. Each file binds, runs, and failed jax.grad inside JAX.
+_PARAMS_A_RULE_LACKS = [
+    ("neg", "accuracy", "transpose", lambda x: jnp.sum(-jnp.sin(x))),
+    ("sub", "out_dtype", "JVP", lambda x: jnp.sum(jnp.sin(x) - x)),
+]
+
+
+@pytest.mark.parametrize("primitive,param,role,fn", _PARAMS_A_RULE_LACKS,
+                         ids=[c[0] for c in _PARAMS_A_RULE_LACKS])
+def test_a_param_a_transformation_rule_lacks_is_refused_by_check(
+    primitive, param, role, fn):
   x = np.linspace(0.5, 1.5, 4).astype(F32)
-  fn = lambda x: jnp.sum(-jnp.sin(x))
   data = jaxpr_io.dumps(jaxpr_io.trace(fn, x))
   where = {}
 
   def mutate(msg):
-    where["i"], eqn = _first(msg, "neg")
-    h.param(msg, eqn, "accuracy", add=True).none.SetInParent()
+    where["i"], eqn = _first(msg, primitive)
+    h.param(msg, eqn, param, add=True).none.SetInParent()
   bad = h.craft(data, mutate)
   loaded = jaxpr_io.loads(bad)   # the schema allows it: it runs
-  assert loaded.closed_jaxpr.jaxpr.eqns[where["i"]].params == {
-      "accuracy": None}
+  assert loaded.closed_jaxpr.jaxpr.eqns[where["i"]].params == {param: None}
   np.testing.assert_array_equal(loaded(x), jax.jit(fn)(x))
-  with pytest.raises(TypeError, match="accuracy"):
+  with pytest.raises(TypeError, match=param):
     jax.grad(loaded)(x)
   message = _load_error(bad, check=True)
-  assert (f"equation {where['i']} (neg): param 'accuracy' is not one that "
-          "this JAX release's transpose rule for neg takes") in message
+  assert (f"equation {where['i']} ({primitive}): param '{param}' is not one "
+          f"that this JAX release's {role} rule for {primitive} "
+          "takes") in message
   # The unmutated file: check=True, and grad as the original's.
-  np.testing.assert_array_equal(
-      jax.grad(jaxpr_io.loads(data, check=True))(x), jax.grad(fn)(x))
-
-
-def test_a_param_a_directly_registered_jvp_rule_lacks_is_refused():
-  # sub's JVP rule is registered directly, `_sub_jvp(primals, tangents)`,
-  # and JAX calls every JVP rule as `jvp(primals, tangents, **params)`. A
-  # file's mul turned into sub kept mul's `out_dtype` (the schema allows
-  # it where a release's sub has it): it passed check=True and failed
-  # jax.grad inside JAX (fuzz seed 0 case 46522).
-  x = np.linspace(0.5, 1.5, 4).astype(F32)
-  fn = lambda x: jnp.sum(jnp.sin(x) - x)
-  data = jaxpr_io.dumps(jaxpr_io.trace(fn, x))
-  where = {}
-
-  def mutate(msg):
-    where["i"], eqn = _first(msg, "sub")
-    h.param(msg, eqn, "out_dtype", add=True).none.SetInParent()
-  bad = h.craft(data, mutate)
-  try:
-    loaded = jaxpr_io.loads(bad)
-  except jaxpr_io.FormatError as e:
-    # This release's schema has no such param of sub: refused at load.
-    assert "out_dtype" in str(e), e
-    return
-  np.testing.assert_array_equal(loaded(x), jax.jit(fn)(x))
-  with pytest.raises(TypeError, match="out_dtype"):
-    jax.grad(loaded)(x)
-  message = _load_error(bad, check=True)
-  assert (f"equation {where['i']} (sub): param 'out_dtype' is not one that "
-          "this JAX release's JVP rule for sub takes") in message
   np.testing.assert_array_equal(
       jax.grad(jaxpr_io.loads(data, check=True))(x), jax.grad(fn)(x))
 
