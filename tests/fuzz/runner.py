@@ -13,6 +13,10 @@ cases; the parent
     call stage of a program with a `while` or `scan` loop, where a mutated
     trip count (`i < 8` made `i < 2**31-1`) is the program's own
     behaviour: outcome "call-timeout-loop", counted and kept, not a failure;
+    the same in a later stage that runs such a program again (a
+    transformation, a converter's call of its artifact) when the program's
+    own call took a quarter of `timeout` or more: that stage runs the same
+    loop, after a compile;
     so is an error that a registered host callback raises (or a wrong
     result shape it returns) on the operands a mutated program passes it:
     outcome "call-callback-error" (see worker._CALLBACK_OWN);
@@ -392,7 +396,8 @@ class Campaign:
     tail = w.stderr_tail()
     self._restart(w, "killed-timeout")
     lib, last = frames_from_dump(tail)
-    if stage == "call" and info.get("loops"):
+    if info.get("loops") and (
+        stage == "call" or info.get("call_s", 0) >= self.timeout / 4):
       on_verdict(Verdict(case, "call-timeout-loop", None,
                          {"stage": stage, "lib_frame": lib,
                           "last_frame": last}, tail))

@@ -85,10 +85,12 @@ def test_fuzz_sample(tmp_path):
 def test_harness_classifies_crashes(tmp_path, monkeypatch):
   """The machinery itself: a worker that aborts, segfaults, hangs, exits,
   runs out of memory or raises is a failure of the right class, the worker
-  is replaced, and the next case still runs."""
+  is replaced, and the next case still runs; a hang re-running a program
+  whose own loop took a quarter of the timeout is the program's."""
   monkeypatch.setenv("JAXPR_IO_FUZZ_SELFTEST", "1")
   whats = ["abort", "segv", "hang", "exit", "memory", "exception", "budget",
-           "ok"]
+           "ok", "rerun-hang-after-call-s=2.0",
+           "rerun-hang-after-call-s=0.5"]
   cases = [runner.Case(w, w, f"SELFTEST:{w}".encode(), [], [])
            for w in whats]
   verdicts = {}
@@ -109,6 +111,12 @@ def test_harness_classifies_crashes(tmp_path, monkeypatch):
       "exception": ("failure", "load-exception", "KeyError"),
       "budget": ("failure", "memory-budget-load", "over the memory budget"),
       "ok": ("rejected-load", None, None),   # not a jaxpr_io file
+      # A stage re-running a loop whose own call took a quarter of the
+      # timeout (5 s) or more hangs by the program's own loop; one whose
+      # call was quick hangs by itself.
+      "rerun-hang-after-call-s=2.0": ("call-timeout-loop", None, None),
+      "rerun-hang-after-call-s=0.5": ("failure", "hang-to_exported",
+                                      "timeout 5s"),
   }, got
   assert "tests/fuzz/worker.py" in verdicts["hang"].stderr  # the stack dump
   assert "_selftest" in verdicts["abort"].stderr

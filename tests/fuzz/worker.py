@@ -379,12 +379,18 @@ def over_budget(result: dict, stage: str, grown: int, budget: int) -> dict:
 
 
 # ------------------------------------------------------------- one case
-def _selftest(data: bytes) -> None:
+def _selftest(data: bytes, report) -> None:
   """Misbehaves on request, for the tests of the harness itself (only with
   JAXPR_IO_FUZZ_SELFTEST set): a case `SELFTEST:<what>`."""
   if not data.startswith(b"SELFTEST:"):
     return
   what = data[len(b"SELFTEST:"):].decode()
+  if what.startswith("rerun-hang-after-call-s="):
+    # A later stage re-running a looping program whose own call took the
+    # given seconds, and not returning.
+    report("to_exported", {"loops": True,
+                           "call_s": float(what.partition("=")[2])})
+    time.sleep(3600)
   if what == "abort":
     os.abort()
   if what == "segv":
@@ -436,7 +442,7 @@ def run_case(data: bytes, report=lambda stage, info: None, *,
       try:
         with Peak() as peak:
           if os.environ.get("JAXPR_IO_FUZZ_SELFTEST"):
-            _selftest(data)
+            _selftest(data, report)
           prog = jaxpr_io.loads(data)
           prog.closed_jaxpr  # pylint: disable=pointless-statement
         load_ok = True
@@ -476,14 +482,19 @@ def run_case(data: bytes, report=lambda stage, info: None, *,
       # ------------------------------------------------ after the check
       made_args: dict = {}
       result["transforms"] = {}
+      # What a stage that runs the program again (the transformations, the
+      # converters' calls) reports: whether it loops and how long its own
+      # call took (see runner.Campaign._hung).
+      own_run: dict = {}
       for stage in ("str", "dumps", "reload", "call", *transforms.STAGES):
-        info = {}
+        info = dict(own_run)
         if stage == "call":
           try:
             info["loops"] = bool(_LOOP_PRIMITIVES and (
                 _primitives(prog.closed_jaxpr) & set(_LOOP_PRIMITIVES)))
           except Exception:  # pylint: disable=broad-except
             info["loops"] = False
+          call_started = time.monotonic()
         report(stage, info)
         try:
           if stage == "str":
@@ -498,6 +509,8 @@ def run_case(data: bytes, report=lambda stage, info: None, *,
             result["redump_differs"] = jaxpr_io.dumps(again) != redumped
           elif stage == "call":
             skipped = call(prog, made_args)
+            own_run = {"loops": info["loops"],
+                       "call_s": round(time.monotonic() - call_started, 3)}
             if skipped:
               result["outcome"] = "call-skipped"
               result["skip_reason"] = skipped
@@ -528,7 +541,7 @@ def run_case(data: bytes, report=lambda stage, info: None, *,
       def announce(name, info):
         nonlocal stage
         stage = name
-        report(name, info)
+        report(name, {**own_run, **info})
       try:
         result["converters"] = convert.run(prog, made_args,
                                            convert.heavy_for(data), announce)
