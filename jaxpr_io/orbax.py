@@ -90,12 +90,21 @@ class ProgramCheckpointHandler(ocp.AsyncCheckpointHandler):
     if not args.bind:
       return prog
     positional, keyword = {}, {}
+    given = dict(args.bind_shardings or {})
+    for key in given:
+      if key not in args.bind or not isinstance(args.bind[key], str):
+        raise ValueError(
+            f"ProgramRestore(bind_shardings=...) has {key!r}, which bind= "
+            f"does not read from a SOURCE string; a pytree of arrays "
+            f"bound keeps its own shardings")
     for key, value in args.bind.items():
       if isinstance(value, str):
         # An item of this step (`state:params`) or any other SOURCE.
         value = bind_sources.load_source(value,
                                          base=os.fspath(directory.parent),
-                                         trusted=args.trusted)
+                                         trusted=args.trusted,
+                                         shardings=given.get(key),
+                                         mesh=args.bind_mesh)
       if isinstance(key, int):
         positional[key] = value
       else:
@@ -134,8 +143,19 @@ class ProgramRestore(ocp.args.CheckpointArgs):
   the key data Orbax saved of a key (a Flax NNX `RngKey`).
   `bind_extra="ignore"` binds the part of each value that the program
   takes (`Program.bind(extra="ignore")`): a whole NNX state to a program
-  of its params."""
+  of its params.
+
+  The arrays of an Orbax SOURCE are restored with Orbax's sharded restore,
+  each process reading only the shards its devices hold, with the
+  shardings `bind_shardings` gives for that key of `bind` (one
+  `jax.sharding.Sharding` or `PartitionSpec`, or a tree of them shaped as
+  the SOURCE's subtree; a `PartitionSpec` is on `bind_mesh`), else those
+  the program declares for the input (docs/scale.md); an array with
+  neither is read whole, as numpy. In a multi-process job every process
+  restores, with the same arguments."""
   check: bool = False
   trusted: bool = False
   bind: Optional[Mapping[Union[int, str], Any]] = None
   bind_extra: str = "error"
+  bind_shardings: Optional[Mapping[Union[int, str], Any]] = None
+  bind_mesh: Optional[Any] = None

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from jaxpr_io.api import npz_source
+from jaxpr_io.api import shardings as sharding_lib
 from jaxpr_io.api import source_paths
 from jaxpr_io.api.binding import Deferred, SourceError, SourceTree
 from jaxpr_io.api.source_paths import UnsafeSourceError
@@ -48,7 +49,8 @@ def read_limit(size: int, trusted: bool) -> int | None:
 
 
 def load_source(spec: str, *, base: str | os.PathLike | None = None,
-                trusted: bool = False) -> Any:
+                trusted: bool = False, shardings: Any = None,
+                mesh: Any = None) -> Any:
   """What SOURCE `spec` names, read from its metadata only: a `FlatSource`
   (an `.npz`) or a `SourceTree` (an Orbax checkpoint) whose leaves are
   `Deferred` arrays, which `Program.bind` reads once they have matched the
@@ -59,7 +61,17 @@ def load_source(spec: str, *, base: str | os.PathLike | None = None,
   What the source names is read only from under the path given
   (jaxpr_io/api/source_paths.py): a checkpoint whose keys or links reach
   outside it, or that holds special files, raises `UnsafeSourceError` (a
-  `SourceError` and a `FormatError`), trusted or not."""
+  `SourceError` and a `FormatError`), trusted or not.
+
+  An Orbax checkpoint's arrays are restored as `jax.Array`s with
+  `shardings`: one `jax.sharding.Sharding` or `PartitionSpec` for all, or
+  a tree of them (and None) shaped as the subtree selected, each process
+  reading only the shards its devices hold (Orbax's sharded restore). A
+  `PartitionSpec` is on `mesh`. An array given none takes the sharding the
+  program declares for its input (jaxpr_io/api/shardings.py; its specs on
+  `mesh` if given); one without either is read whole, as numpy. An `.npz`
+  is always read whole, as numpy: `shardings` or `mesh` for one is a
+  `SourceError`."""
   path, keys = split_spec(spec)
   within = None
   if base is not None and not os.path.isabs(path):
@@ -70,7 +82,12 @@ def load_source(spec: str, *, base: str | os.PathLike | None = None,
   if within is not None:
     source_paths.check_inside_dir(path, within)
   if os.path.isdir(path):
-    return _orbax_source(path, keys, spec, trusted)
+    return _orbax_source(path, keys, spec, trusted, shardings, mesh)
+  if shardings is not None or mesh is not None:
+    raise SourceError(f"{spec}: an .npz is read whole on every process, "
+                      "so shardings= and mesh= apply to Orbax checkpoints "
+                      "only; bind the .npz and jax.device_put the arrays, "
+                      "or save them with Orbax")
   if keys:
     raise SourceError(f"{spec}: :KEY.PATH selects a subtree of an Orbax "
                       "checkpoint directory, not of a file")
@@ -94,13 +111,17 @@ def load_source(spec: str, *, base: str | os.PathLike | None = None,
 # ------------------------------------------------------------ Orbax
 class _OrbaxSource:
   """An Orbax checkpoint item: its tree from the metadata; `read` restores
-  only the leaves asked for (the others are Orbax placeholders)."""
+  only the leaves asked for (the others are Orbax placeholders), each with
+  its `sharding` (`sharded`: a leaf may have one), or as numpy."""
 
-  def __init__(self, path: str, metadata: Any, limit: int | None):
+  sharded = True
+
+  def __init__(self, path: str, metadata: Any, limit: int | None,
+               mesh: Any = None):
     self.path, self.name, self.limit = path, path, limit
-    self.metadata = metadata
+    self.metadata, self.mesh = metadata, mesh
 
-  def read(self, leaves: list["_OrbaxLeaf"]) -> list[np.ndarray]:
+  def read(self, leaves: list["_OrbaxLeaf"]) -> list[Any]:
     ocp = _orbax()
     wanted = {leaf.keys: leaf for leaf in leaves}
     item = _placeholders(self.metadata, (), wanted, ocp)
@@ -125,12 +146,15 @@ class _OrbaxSource:
       node = restored
       for key in leaf.keys:
         node = node[key]
-      array = np.asarray(node)
-      if array.shape != leaf.shape or array.dtype != leaf.dtype:
+      # A sharded leaf stays a jax.Array: its other shards are elsewhere.
+      array = node if leaf.sharding is not None else np.asarray(node)
+      if (tuple(array.shape) != leaf.shape or array.dtype != leaf.dtype
+          or (leaf.sharding is not None
+              and not sharding_lib.is_device_array(array))):
         raise SourceError(
             f"{self.path}: {'.'.join(map(str, leaf.keys))} restored as "
-            f"{array.dtype}{list(array.shape)}, not the "
-            f"{leaf.dtype}{list(leaf.shape)} its metadata declares")
+            f"{type(array).__name__} {array.dtype}{list(array.shape)}, not "
+            f"the {leaf.dtype}{list(leaf.shape)} its metadata declares")
       arrays.append(array)
     return arrays
 
@@ -193,9 +217,10 @@ def _first_line(e: BaseException) -> str:
   return f"{type(e).__name__}: {first:.300}"
 
 
-def _orbax_source(path: str, keys: str, spec: str, trusted: bool) -> Any:
+def _orbax_source(path: str, keys: str, spec: str, trusted: bool,
+                  shardings: Any, mesh: Any) -> Any:
   """The tree of an Orbax item from its metadata alone, its arrays
-  `Deferred`."""
+  `Deferred`, with the `shardings` given (`load_source`)."""
   ocp = _orbax()
   # lazy: etils comes with orbax-checkpoint.
   from etils import epath  # pylint: disable=g-import-not-at-top
@@ -212,9 +237,11 @@ def _orbax_source(path: str, keys: str, spec: str, trusted: bool) -> Any:
   finally:
     handler.close()
   metadata = getattr(metadata, "tree", metadata)
-  source = _OrbaxSource(path, metadata, read_limit(size, trusted))
+  source = _OrbaxSource(path, metadata, read_limit(size, trusted), mesh)
   tree = _deferred_tree(metadata, (), source)
   selected = subtree(tree, keys, spec)
+  if shardings is not None:
+    _give_shardings(selected, shardings, mesh, spec)
   return SourceTree(selected, spec) if isinstance(selected, dict) else (
       selected)
 
@@ -241,6 +268,42 @@ def _deferred_tree(node: Any, keys: tuple, source: _OrbaxSource) -> Any:
   return _OrbaxValue(node)
 
 
+def _give_shardings(node: Any, given: Any, mesh: Any, where: str) -> None:
+  """Sets the `sharding` of each `_OrbaxLeaf` under `node` from `given`:
+  one sharding for the whole subtree, or a tree of them mirroring it
+  (dicts by key, lists by index; a key it lacks is a `SourceError`)."""
+  if given is None:
+    return
+  if isinstance(node, _OrbaxLeaf):
+    if isinstance(given, (dict, list)):
+      raise SourceError(f"{where}: shardings= has a "
+                        f"{type(given).__name__} where the checkpoint has "
+                        f"an array; give one sharding there")
+    try:
+      node.sharding = sharding_lib.given(given, mesh, where)
+    except TypeError as e:
+      raise SourceError(str(e)) from None
+    return
+  if isinstance(given, dict):
+    for key, value in given.items():
+      if not isinstance(node, dict) or key not in node:
+        raise SourceError(f"{where}: shardings= has the key {key!r}, which "
+                          "the checkpoint has no array or subtree at")
+      _give_shardings(node[key], value, mesh, f"{where}.{key}")
+  elif isinstance(given, list):
+    if not isinstance(node, list) or len(given) != len(node):
+      raise SourceError(f"{where}: shardings= has a list of {len(given)} "
+                        "where the checkpoint has none of that length")
+    for i, value in enumerate(given):
+      _give_shardings(node[i], value, mesh, f"{where}.{i}")
+  elif isinstance(node, dict):
+    for key, value in node.items():
+      _give_shardings(value, given, mesh, f"{where}.{key}")
+  elif isinstance(node, list):
+    for i, value in enumerate(node):
+      _give_shardings(value, given, mesh, f"{where}.{i}")
+
+
 def _placeholders(node: Any, keys: tuple, wanted: dict, ocp,
                   restore: bool = False) -> Any:
   """The item (or, with `restore`, the restore args) that restores only the
@@ -253,6 +316,13 @@ def _placeholders(node: Any, keys: tuple, wanted: dict, ocp,
             for i, v in enumerate(node)]
   if keys not in wanted:
     return ocp.PLACEHOLDER
+  sharding = wanted[keys].sharding
+  if restore and sharding is not None:
+    # Orbax's sharded restore: each process reads the chunks its
+    # devices' shards cover.
+    return ocp.ArrayRestoreArgs(sharding=sharding,
+                                global_shape=wanted[keys].shape,
+                                dtype=wanted[keys].dtype)
   if restore:
     return ocp.RestoreArgs(restore_type=np.ndarray)
   return node

@@ -24,6 +24,7 @@ import numpy as np
 
 from jaxpr_io import compat
 from jaxpr_io.families.hijax import mutable as hi_mutable
+from jaxpr_io.api import shardings
 from jaxpr_io.pytree import static
 from jaxpr_io.pytree import calls as tree_calls
 from jaxpr_io.pytree import nodes as tree_nodes
@@ -72,6 +73,11 @@ class Deferred:
   source's metadata), read only once every bound input has matched the
   program. Its `source` has `name` (for messages), `limit` (the most bytes
   it may read, or None) and `read(deferreds)` (their arrays, in order)."""
+
+  # The sharding to read it with: the caller's (`load_source(shardings=)`),
+  # else what `bind` derives from the program (api/shardings.py), else
+  # None (a host numpy array).
+  sharding = None
 
   def __init__(self, shape, dtype, source):
     self.shape = tuple(int(d) for d in shape)
@@ -263,8 +269,11 @@ def _leaf_value(x, aval, shown: str):
                     f"the source has {_type_text(shape, dtype)}")
   if isinstance(x, Deferred):
     return x  # read once every input has matched (_read_deferred)
-  # numpy whatever the source (a device array, an npz member): the saved
-  # bytes do not depend on where the weights came from.
+  if shardings.is_device_array(x):
+    # Kept on its devices: a global array's shards may be in other
+    # processes, and a fetch would copy every host's weights to each.
+    shardings.check_array(x, aval, shown)
+    return x
   return np.asarray(x)
 
 
@@ -291,23 +300,34 @@ def _key_data(x, aval, shown: str) -> KeyData:
         f"bind {shown}: the program takes {aval.str_short()} (impl "
         f"{impl.name}), whose key data is {_type_text(expected, np.uint32)}; "
         f"the source has {_type_text(shape, dtype)}")
-  return KeyData(x if isinstance(x, Deferred) else np.asarray(x), impl)
+  keep = isinstance(x, Deferred) or shardings.is_device_array(x)
+  return KeyData(x if keep else np.asarray(x), impl)
 
 
 def _wrap_keys(bound: dict[int, Any], keys: dict[int, Any]) -> None:
   """The key data in `bound` (read) wrapped as keys of their impls."""
   for i, impl in keys.items():
-    bound[i] = compat.wrap_key_data(np.asarray(bound[i]), impl)
+    data = bound[i]
+    if not shardings.is_device_array(data):
+      data = np.asarray(data)
+    bound[i] = compat.wrap_key_data(data, impl)
 
 
-def _read_deferred(bound: dict[int, Any]) -> None:
+def _read_deferred(bound: dict[int, Any], closed, keys) -> None:
   """Reads in place the arrays that only their source's metadata described,
   now that every bound input has matched the program: first each source's
-  total against its limit, then the data, each source at once."""
+  total against its limit, then the data, each source at once. A source
+  that reads by shards (`sharded`) reads each array with the sharding its
+  caller gave, else the one the program declares for it (`closed`'s input;
+  api/shardings.py); key data (`keys`) is read whole."""
   by_source: dict[int, tuple[Any, list[int]]] = {}
   for i, x in bound.items():
     if isinstance(x, Deferred):
       by_source.setdefault(id(x.source), (x.source, []))[1].append(i)
+      if (x.sharding is None and i not in keys
+          and getattr(x.source, "sharded", False)):
+        x.sharding = shardings.for_input(closed, i,
+                                         getattr(x.source, "mesh", None))
   for source, indices in by_source.values():
     total = sum(bound[i].read_bytes for i in indices)
     if source.limit is not None and total > source.limit:
@@ -401,7 +421,7 @@ def bind(prog, args: tuple, kwargs: dict, extra: str = "error"):
     bound.update(zip(range(first, first + len(leaves)), leaves))
   keys = {i: x.impl for i, x in bound.items() if isinstance(x, KeyData)}
   bound.update((i, bound[i].data) for i in keys)
-  _read_deferred(bound)
+  _read_deferred(bound, closed, keys)
   _wrap_keys(bound, keys)
   order = sorted(bound)
   invars = list(jaxpr.invars)

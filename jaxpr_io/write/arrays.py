@@ -63,7 +63,17 @@ def host_kind(value) -> int:
 
 
 def array_bytes(value, aval) -> np.ndarray:
-  """C-ordered little-endian data of `value`, checked against `aval`."""
+  """C-ordered little-endian data of `value`, checked against `aval`.
+  UnsupportedError for a `jax.Array` with shards in other processes: this
+  process cannot read them, and a file holds the whole array."""
+  if type(value) in compat.jax_array_types() and (
+      not value.is_fully_addressable):
+    raise UnsupportedError(
+        f"a {aval.str_short()} jax.Array sharded over devices of other "
+        "processes (not fully addressable) cannot be written, as no one "
+        "process holds its data: save the weights with Orbax and bind "
+        "them where the program is loaded (ProgramRestore(bind=...), "
+        "jaxpr-load --bind; docs/scale.md), or write the program unbound")
   if compat.is_prng_key_dtype(aval.dtype):
     impl = compat.key_impl_of(aval.dtype)
     data = np.asarray(compat.key_data(value))

@@ -32,30 +32,33 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _env() -> dict[str, str]:
+def _env(devices: int) -> dict[str, str]:
   env = dict(os.environ)
-  # 2 CPU devices per process (the test session itself has 8).
+  # `devices` CPU devices per process (the test session itself has 8).
   flags = [f for f in env.get("XLA_FLAGS", "").split()
            if not f.startswith("--xla_force_host_platform_device_count")]
   env["XLA_FLAGS"] = " ".join(
-      flags + ["--xla_force_host_platform_device_count=2"])
+      flags + [f"--xla_force_host_platform_device_count={devices}"])
   env["JAX_PLATFORMS"] = "cpu"
   env["PYTHONPATH"] = os.pathsep.join(
       [paths.ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
   return env
 
 
-def _run_job(role: str, outdir: str) -> None:
-  """Runs the 2 processes of one job; fails with their output unless both
+def run_job(role: str, outdir: str, module: str = "multiprocess_job",
+            devices: int = 2) -> None:
+  """Runs the 2 processes of one job (tests.integrations.`module`, with
+  `devices` CPU devices each); fails with their output unless both
   finish in time and print "done". When one fails, the other (which would
   wait for it) is stopped at once."""
   port = _free_port()
   logs = [open(os.path.join(outdir, f"{role}-{i}.log"), "w+")
           for i in range(2)]
   procs = [subprocess.Popen(
-      [sys.executable, "-m", "tests.integrations.multiprocess_job", role,
+      [sys.executable, "-m", f"tests.integrations.{module}", role,
        str(i), str(port), outdir],
-      cwd=paths.ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+      cwd=paths.ROOT, env=_env(devices), stdout=log,
+      stderr=subprocess.STDOUT)
            for i, log in enumerate(logs)]
   deadline = time.monotonic() + JOB_TIMEOUT_S
   problems = []
@@ -88,9 +91,9 @@ def _run_job(role: str, outdir: str) -> None:
 
 def test_two_process_job_saves_and_a_fresh_job_loads(tmp_path):
   outdir = str(tmp_path)
-  _run_job("trace", outdir)
+  run_job("trace", outdir)
   assert os.path.exists(os.path.join(outdir, "step.jaxpr"))
-  _run_job("load", outdir)
+  run_job("load", outdir)
   for i in range(2):
     original = np.load(os.path.join(outdir, f"trace-{i}.npz"))
     loaded = np.load(os.path.join(outdir, f"load-{i}.npz"))
