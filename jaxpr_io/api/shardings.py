@@ -20,6 +20,7 @@ Two rules:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -151,3 +152,20 @@ def place(array, sharding):
   only the pieces its devices hold."""
   return jax.make_array_from_callback(array.shape, sharding,
                                       lambda index: array[index])
+
+
+def make_mesh(closed, names: tuple, sizes: tuple) -> Mesh:
+  """A mesh of axes `names` of `sizes` over this process's devices
+  (`jax.make_mesh`), its axis types those of a mesh of the same axes that
+  an input of `closed` declares, else Auto. ValueError if the devices do
+  not fill it."""
+  if math.prod(sizes) != jax.device_count():
+    raise ValueError(f"a mesh of {math.prod(sizes)} devices over the "
+                     f"{jax.device_count()} of this job")
+  types = (jax.sharding.AxisType.Auto,) * len(names)
+  for aval in closed.in_avals:
+    want = declared(aval)
+    if want is not None and _mesh_axes(want.mesh)[:2] == (names, sizes):
+      types = tuple(want.mesh.axis_types)
+      break
+  return jax.make_mesh(sizes, names, axis_types=types)

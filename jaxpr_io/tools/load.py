@@ -57,6 +57,10 @@ error naming the first mismatching key path. A typed key input (key<fry>[])
 takes the key data Orbax saved of a key (uint32[2] for threefry), wrapped
 as a key of the program's impl. --bind-ignore-extra binds the part of each
 SOURCE that the program takes and drops its other arrays, unread.
+An Orbax SOURCE's arrays are restored sharded as the program declares
+(the in_shardings of its jit, or its Explicit specs on the mesh of
+--bind-mesh AXIS=SIZE[,AXIS=SIZE], made over this process's devices), each
+device reading its own shards; arrays declared unsharded are read whole.
 
 --dims NAME=SIZE[,NAME=SIZE] fixes symbolic dimensions (--dims b=1) before
 everything else, with the program's constraints checked: a runtime that
@@ -235,18 +239,23 @@ def parse_binds(items: Sequence[str]) -> list[tuple[int | str, str, str]]:
 _BOUND_ARG = re.compile(r"^bind (args\[(\d+)\]|kwargs\['([^']*)'\])")
 
 
-def bind(prog, binds, trusted: bool = False, extra: str = "error"):
+def bind(prog, binds, trusted: bool = False, extra: str = "error",
+         mesh=None):
   """`prog.bind` with the arrays of each --bind SOURCE: each source's
   metadata first, its arrays once all have matched the program (at most
   16x the source's size + 64 MiB of them unless `trusted`); `extra`
-  as for `Program.bind` (--bind-ignore-extra: "ignore")."""
+  as for `Program.bind` (--bind-ignore-extra: "ignore"); `mesh` (of
+  --bind-mesh) the mesh of the shardings the program declares."""
   # lazy: import time (--bind reads Orbax checkpoints and .npz files).
   from jaxpr_io.api import bind_sources  # pylint: disable=g-import-not-at-top
   positional, keyword = [], {}
   for key, source, _ in sorted(binds, key=lambda b: (
       (0, b[0], "") if isinstance(b[0], int) else (1, 0, b[0]))):
     with stage(PROG, f"reading the metadata of {source}"):
-      value = bind_sources.load_source(source, trusted=trusted)
+      value = bind_sources.load_source(source, trusted=trusted,
+                                       mesh=mesh if os.path.isdir(
+                                           bind_sources.split_spec(
+                                               source)[0]) else None)
     if isinstance(key, int):
       positional.append(value)
     else:
@@ -262,8 +271,8 @@ def bind(prog, binds, trusted: bool = False, extra: str = "error"):
     raise CliError(f"--bind {item}: {e}" if item else str(e)) from None
 
 
-def parse_dims(text: str) -> dict[str, int]:
-  """NAME -> SIZE of --dims NAME=SIZE[,NAME=SIZE]."""
+def parse_dims(text: str, option: str = "--dims") -> dict[str, int]:
+  """NAME -> SIZE of --dims (or --bind-mesh) NAME=SIZE[,NAME=SIZE]."""
   dims = {}
   for item in text.split(","):
     name, sep, size = item.strip().partition("=")
@@ -271,12 +280,27 @@ def parse_dims(text: str) -> dict[str, int]:
     # ASCII digits: str.isdigit also takes '²', which int() refuses.
     if (not sep or not name.isidentifier() or not size.isascii()
         or not size.isdigit()):
-      raise CliError(f"bad --dims item {item!r}: expected NAME=SIZE, e.g. "
-                     "--dims b=1,c=2")
+      raise CliError(f"bad {option} item {item!r}: expected NAME=SIZE, "
+                     f"e.g. {option} b=1,c=2")
     if name in dims:
-      raise CliError(f"--dims fixes {name} twice")
+      raise CliError(f"{option} gives {name} twice")
     dims[name] = int(size)
   return dims
+
+
+def bind_mesh(prog, text: str):
+  """--bind-mesh: a mesh of these axes over this process's devices, its
+  axis types those the program declares for a mesh of the same axes
+  (Auto where it declares none)."""
+  # lazy: import time (only --bind-mesh builds a mesh).
+  from jaxpr_io.api import shardings  # pylint: disable=g-import-not-at-top
+  axes = parse_dims(text, "--bind-mesh")
+  try:
+    return shardings.make_mesh(prog.closed_jaxpr, tuple(axes),
+                               tuple(axes.values()))
+  except ValueError as e:
+    raise CliError(f"--bind-mesh {text}: {str(e).splitlines()[0]}; give "
+                   "axes whose sizes multiply to the device count") from None
 
 
 def specialize(prog, dims: dict[str, int]):
@@ -409,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
                       "the program takes (a whole Flax NNX state to a "
                       "program of its params), dropping its other arrays "
                       "unread")
+  parser.add_argument("--bind-mesh", metavar="AXIS=SIZE[,AXIS=SIZE]",
+                      help="with --bind: restore the Orbax SOURCE's arrays "
+                      "with the shardings the program declares, on a mesh "
+                      "of these axes over this process's devices "
+                      "(docs/scale.md)")
   parser.add_argument("--dims", metavar="NAME=SIZE[,NAME=SIZE]",
                       help="fix symbolic dimensions (b=1,c=2) before "
                       "--bind, --run and the conversions, with the "
@@ -443,6 +472,9 @@ def _main(argv: Sequence[str]) -> int:
   if args.bind_ignore_extra and not binds:
     raise CliError("--bind-ignore-extra binds the part of a --bind SOURCE "
                    "that the program takes; give --bind")
+  if args.bind_mesh and not binds:
+    raise CliError("--bind-mesh is the mesh of the shardings that --bind "
+                   "restores an Orbax SOURCE with; give --bind")
   dims = parse_dims(args.dims) if args.dims else None
   for out in (args.output, args.out, args.html, args.to_onnx,
               args.to_tflite):
@@ -467,7 +499,9 @@ def _main(argv: Sequence[str]) -> int:
     prog = specialize(prog, dims)
   if binds:
     prog = bind(prog, binds, trusted=args.trusted,
-                extra="ignore" if args.bind_ignore_extra else "error")
+                extra="ignore" if args.bind_ignore_extra else "error",
+                mesh=bind_mesh(prog, args.bind_mesh) if args.bind_mesh
+                else None)
   acted = False
   if args.output:
     with stage(PROG, f"writing {args.output}"):
