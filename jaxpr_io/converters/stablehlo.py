@@ -7,6 +7,7 @@ from typing import Sequence
 
 import jax
 
+from jaxpr_io.api import shardings
 from jaxpr_io.converters._common import (as_program, check_platforms,
                                          input_specs)
 from jaxpr_io.errors import UnsupportedError
@@ -28,10 +29,18 @@ def to_exported(program, *, platforms: Sequence[str] | None = None,
     ValueError: an unknown platform (valid: cpu, cuda, rocm, tpu).
     UnsupportedError: the program cannot be lowered (for example it calls a
       host callback, which StableHLO artifacts cannot carry); the message
-      names the cause.
+      names the cause, or a constant (a bound weight) has shards in other
+      processes.
   """
   check_platforms(platforms)
   prog = as_program(program)
+  for i, const in enumerate(prog.closed_jaxpr.consts):
+    if shardings.is_device_array(const) and not const.is_fully_addressable:
+      # jax.export bakes constants into the module: it needs their data.
+      raise UnsupportedError(
+          f"constant {i} of the program is a jax.Array with shards in other "
+          "processes, which an export cannot bake in: export the program "
+          "unbound and pass the weights to Exported.call (docs/scale.md)")
   args, kwargs = input_specs(prog)
   try:
     return jax.export.export(jax.jit(prog), platforms=platforms,

@@ -12,8 +12,9 @@ weights' shardings) and `plain` (no `jit`: it declares none). Then:
   (`jaxpr_io.orbax.ProgramSave`); process 0 saves `plain` to
   DIR/plain.jaxpr. Every process records what the original functions
   compute (DIR/save-<PROCESS_ID>.npz).
-* ROLE `load` (a fresh job): loads both programs and binds the weights on
-  every process, four ways: `Program.bind` of the checkpoint (`served`:
+* ROLE `load` (a fresh job): loads both programs, calls `served` exported
+  with `jax.export` (`converters.to_exported`) on the global weights, and
+  binds the weights on every process, four ways: `Program.bind` of the checkpoint (`served`:
   the shardings it declares), `ProgramRestore(bind={0: "state:params"})`,
   `Program.bind` of the checkpoint with shardings given as a mesh and
   PartitionSpecs (`plain`), and `Program.bind` of global arrays. For each
@@ -218,6 +219,7 @@ def load(process_id: int, mesh, outdir: str) -> None:
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   import jaxpr_io  # pylint: disable=g-import-not-at-top
   import jaxpr_io.orbax  # pylint: disable=g-import-not-at-top
+  from jaxpr_io import converters  # pylint: disable=g-import-not-at-top
   from jaxpr_io.api import bind_sources  # pylint: disable=g-import-not-at-top
   params, x, shardings = _inputs(mesh)
   step_dir = os.path.join(outdir, "ckpt", str(STEP))
@@ -253,6 +255,17 @@ def load(process_id: int, mesh, outdir: str) -> None:
                      "given")
   record.update({f"bind_arrays/{k}": v for k, v in _record(bound, x).items()})
   reads["dumps_refused"] = _expect_dumps_refused(bound, "bind_arrays")
+  # Served with jax.export on the mesh: exported unbound (a bound weight
+  # with shards elsewhere cannot be baked in), the weights passed in.
+  try:
+    converters.to_exported(bound)
+    raise SystemExit("to_exported of a program bound to global arrays was "
+                     "not refused")
+  except jaxpr_io.UnsupportedError as e:
+    reads["export_refused"] = str(e)
+  exported = converters.to_exported(served)
+  record.update({f"exported/{k}": v for k, v in _record(
+      lambda x: exported.call(params, x), x).items()})
   np.savez(os.path.join(outdir, f"load-{process_id}.npz"), **record)
   with open(os.path.join(outdir, f"load-{process_id}.json"), "w") as f:
     json.dump(reads, f)

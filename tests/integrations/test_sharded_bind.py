@@ -30,7 +30,8 @@ MODULE = "sharded_bind_job"
 # manifests and b-tree nodes) and the program file: a few kB here; a read
 # of the other process's shards would be 4 MiB.
 METADATA_ALLOWANCE = 256 << 10
-WAYS = ("bind_source", "program_restore", "bind_given", "bind_arrays")
+WAYS = ("bind_source", "program_restore", "bind_given", "bind_arrays",
+        "exported")
 
 
 def _checkpoint_bytes(root: str) -> int:
@@ -57,6 +58,7 @@ def test_each_process_binds_only_its_own_shards(tmp_path):
     with open(os.path.join(outdir, f"load-{i}.json")) as f:
       reads = json.load(f)
     assert "Orbax" in reads["dumps_refused"]
+    assert "export the program unbound" in reads["export_refused"]
     for way in WAYS[:3]:
       read = reads[way]
       # Half the weights are this process's; the test means something only
