@@ -77,7 +77,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The pages that run, in the order of docs/index.md.
 DOCS = ("README.md", "docs/saving-and-loading.md", "docs/orbax.md",
         "docs/serving.md", "docs/cli.md", "docs/viewer.md",
-        "docs/symbolic-shapes.md", "docs/tutorial.md")
+        "docs/symbolic-shapes.md", "docs/scale.md", "docs/tutorial.md")
 README_MAX_LINES = 300
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
