@@ -158,7 +158,9 @@ class Program:
     The result's `in_tree` and `signature()` cover the remaining inputs.
     A value read by `jaxpr_io.api.bind_sources.load_source` (what
     `jaxpr-load --bind` reads) holds only its source's metadata until every
-    value has matched; its arrays are read then, up to the source's limit.
+    value has matched; its arrays are read then, up to the source's limit,
+    an Orbax source's sharded by the caller or as the program declares. A
+    `jax.Array` is kept on its devices, never fetched (docs/scale.md).
 
     A typed PRNG key input (`key<fry>[]`) also takes its key data, as
     `jax.random.key_data` gives it and Orbax saves it (a Flax NNX `RngKey`):
