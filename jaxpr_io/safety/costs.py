@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from jaxpr_io.errors import FormatError
 from jaxpr_io.format import dim_cost
 from jaxpr_io.format import limits
@@ -209,6 +211,150 @@ register_quantity(
           "`trusted=True` or traced in the process, nor with the "
           "converter's `trusted=True`; `to_exported` and `to_saved_model` "
           "keep the sharing)")
+
+
+# ------------------------------------------------- what a file stores
+@dataclasses.dataclass(frozen=True)
+class FloorCharge:
+  """One row of the floor table (docs/trust-model.md): the bytes charged
+  for each object of a kind that a file stores, the objects a load builds
+  for it, and what they were measured at (benchmarks/measure_costs.py)."""
+  name: str
+  builds: str
+  charge: int
+  measured: str
+
+
+FLOOR: dict[str, FloorCharge] = {f.name: f for f in (
+    FloorCharge("equation", "a `JaxprEqn` with its input and output lists, "
+                "its slots in the reader's per-equation columns", 450,
+                "288 retained on both releases; peak of a load of 1M "
+                "chained equations 592 a equation with its variable"),
+    FloorCharge("variable", "a `Var` (a constvar, an input, an equation's "
+                "output) and its slots in the environment and lists", 100,
+                "72 retained (jax 0.10.2), 56 (0.12.0.1)"),
+    FloorCharge("input reference", "an equation's or a jaxpr's use of a "
+                "variable or literal: a list slot, and its place in the "
+                "reader's columns", 30, "8 retained, 28 to 36 at the peak"),
+    FloorCharge("sub-jaxpr", "a `Jaxpr`, its `ClosedJaxpr` and "
+                "`DebugInfo` and their lists, the reader's columns and "
+                "decoder for it", 1500, "968 to 1,072 retained; 2,500 to "
+                "3,100 at the peak of a load of nested blocks"),
+    FloorCharge("param set", "a params dict, decoded once, and the copies "
+                "its kind checks", 800, "with the sub-jaxpr rows: the "
+                "nested blocks' peak"),
+    FloorCharge("aval or array", "a `ShapedArray` with its shape tuple", 300,
+                "256 (jax 0.10.2) to 280 (0.12.0.1) retained"),
+    FloorCharge("table entry", "a string, name stack, context, equation "
+                "kind or pytree table entry", 100, "a `str` of a short "
+                "name 50 to 60, with its list slot"),
+    FloorCharge("pytree node", "a node the file stores (a table entry, or "
+                "one inline in a signature): JAX's `PyTreeDef` keeps one "
+                "C++ node per node", limits.TREE_NODE_COST,
+                "295 at the peak of building a treedef (RSS)"),
+)}
+
+
+def floor_table() -> str:
+  """The markdown table of docs/trust-model.md's floor charges."""
+  rows = ["| object the file stores | what a load builds for it | charged "
+          "(bytes) | measured (bytes) |", "| --- | --- | --- | --- |"]
+  rows += [f"| {f.name} | {f.builds} | {f.charge:,} | {f.measured} |"
+           for f in FLOOR.values()]
+  return "\n".join(rows) + "\n"
+
+
+def _stored_nodes(msg) -> int:
+  """The `PyTree` messages of a tree as stored: its inline nodes, each use
+  of a shared entry counted as one."""
+  nodes, stack = 0, [msg]
+  while stack:
+    m = stack.pop()
+    nodes += 1
+    if not m.shared:
+      stack += m.children
+  return nodes
+
+
+def stored_counts(program_msg, program_bytes: int) -> dict[str, int]:
+  """How many objects of each row of `FLOOR` the `Program` message stores
+  (each table entry, jaxpr, equation and variable once; no expansion),
+  plus "characters": the program message's size, which bounds the
+  characters of its strings (summing their lengths costs more)."""
+  m = program_msg
+  jaxprs = m.jaxprs[:]
+  equations = sum(len(j.eqns) + len(j.equations.kinds) // 4 for j in jaxprs)
+  return {
+      "equation": equations,
+      "variable": sum(len(j.equations.outvars) // 4 + len(j.constvars)
+                      + len(j.invars) + len(j.eqns) for j in jaxprs),
+      "input reference": sum(len(j.equations.invars) // 4 + len(j.outvars)
+                             + sum(len(e.invars) for e in j.eqns)
+                             for j in jaxprs),
+      "sub-jaxpr": len(jaxprs) + len(m.closed_jaxprs),
+      "param set": len(m.param_sets),
+      "aval or array": len(m.avals) + len(m.arrays),
+      "table entry": (len(m.strings) + len(m.name_stack_table.parents) // 4
+                      + len(m.name_stacks) + len(m.eqn_contexts)
+                      + len(m.equation_kinds) + len(m.tree_nodes)),
+      "pytree node": (sum(_stored_nodes(t) for t in m.tree_nodes)
+                      + _stored_nodes(m.in_tree) + _stored_nodes(m.out_tree)),
+      "characters": program_bytes,
+  }
+
+
+def stored_cost(counts: dict[str, int]) -> int:
+  """Bytes the objects of `stored_counts` cost once built, at the charges
+  of `FLOOR`: what any reader must build for the file."""
+  return counts["characters"] + sum(
+      FLOOR[name].charge * n for name, n in counts.items()
+      if name != "characters")
+
+
+def load_budget(counts: dict[str, int], file_size: int) -> int:
+  """What a load of an untrusted file of `file_size` bytes that stores
+  `counts` (`stored_counts`) may build: the objects it stores at their
+  floor, and `limits.MEMORY_FACTOR`x its size + `limits.FIXED_OVERHEAD`
+  beyond them (shared pytree nodes at each use, symbolic dimensions'
+  monomials, name stacks' tuples, polyfills): an honest file never
+  reaches it, hostile expansion does."""
+  return (stored_cost(counts) + limits.MEMORY_FACTOR * file_size
+          + limits.FIXED_OVERHEAD)
+
+
+def tables_charge(counts: dict[str, int]) -> int:
+  """What the reader charges for the stored objects before it builds any:
+  the floor, less its pytree nodes, which are charged at each use as each
+  tree is built (`tree_cost`)."""
+  return stored_cost(counts) - FLOOR["pytree node"].charge * counts[
+      "pytree node"]
+
+
+def name_stack_cost(depths_sum: int) -> int:
+  """Bytes charged for name stacks whose depths add up to `depths_sum`:
+  each stack holds a tuple of all its entries."""
+  return 8 * depths_sum
+
+
+def writer_charge(program_msg, counts: dict[str, int]) -> int:
+  """What the reader charges for a `Program` message the writer made,
+  which stores `counts`: `tables_charge`, its signatures and `treedef`
+  values with shared nodes at each use, and its name stacks' tuples.
+  (The writer's dimensions are JAX's own, a few monomials each; polyfills
+  are a reader's release's choice.) `dumps` compares it with
+  `load_budget`."""
+  trees = TreeCounts(program_msg)
+  total = tables_charge(counts)
+  total += sum(tree_cost(trees.of(tree)) for tree in (
+      program_msg.in_tree, program_msg.out_tree))
+  total += sum(tree_cost(trees.of(tree))
+               for param_set in program_msg.param_sets
+               for p in param_set.params for tree in _treedef_values(p.value))
+  parents = program_msg.name_stack_table.parents
+  depths = [0] * (len(parents) // 4)
+  for i, parent in enumerate(np.frombuffer(parents, "<u4").tolist()):
+    depths[i] = depths[parent - 1] + 1 if parent else 1
+  return total + name_stack_cost(sum(depths))
 
 
 def checked_equations_limit(stored_size: int, trusted: bool) -> int:

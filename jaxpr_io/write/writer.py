@@ -37,6 +37,7 @@ from jaxpr_io.pytree import write as tree_write
 from jaxpr_io.format import version
 from jaxpr_io.format import vocabulary
 from jaxpr_io.format import limits
+from jaxpr_io.safety import costs
 from jaxpr_io.safety import validate
 from jaxpr_io.errors import FormatError, UnsupportedError
 
@@ -542,10 +543,30 @@ def write_pending(closed, in_tree, out_tree, metadata: dict[str, str]):
   try:
     writer = Writer()
     writer.program(closed, in_tree, out_tree, metadata)
-    return PendingMessage(writer.msg), writer.layout
+    pending = PendingMessage(writer.msg)
+    _check_load_budget(writer.msg, pending.length())
+    return pending, writer.layout
   finally:
     if was_enabled:
       gc.enable()
+
+
+def _check_load_budget(msg, program_bytes: int) -> None:
+  """Raises UnsupportedError if an untrusted load would refuse the file for
+  its memory: what its reader charges (jaxpr_io/safety/costs.py
+  `writer_charge`) against the budget of a file no larger than its program
+  message (`load_budget`; the file is larger, so its budget too). Only
+  pytrees whose shared nodes expand past the budget can: every other
+  object the file stores is within it."""
+  counts = costs.stored_counts(msg, program_bytes)
+  charge = costs.writer_charge(msg, counts)
+  budget = costs.load_budget(counts, program_bytes)
+  if charge > budget:
+    raise UnsupportedError(
+        f"the program's pytrees expand to {charge - budget:,} bytes more "
+        "than an untrusted load of its file would allow (its reader would "
+        "refuse the file without trusted=True), so it is not written: "
+        "flatten the program's inputs and outputs into fewer leaves")
 
 
 def write(closed, in_tree, out_tree, metadata: dict[str, str]):
