@@ -157,8 +157,8 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     self.polyfilled: list[tuple[int, int, str]] = []
     self.where = vocabulary.Where(blobs.source, msg.producer.jax_version,
                                   compat.JAX_VERSION)
-    # What the load may still build; `charge_tables` adds the floor of the
-    # objects the file stores (jaxpr_io/safety/costs.py `load_budget`).
+    # What the load may still build beyond the objects the file stores;
+    # `charge_tables` sets it (jaxpr_io/safety/costs.py `expansion_budget`).
     self._budget = (None if trusted else
                     MEMORY_FACTOR * len(blobs.buffer) + FIXED_OVERHEAD)
     # What JAX's decision procedure may still take (avals.py `_decided`).
@@ -179,11 +179,11 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
           "know where it comes from")
 
   def charge_tables(self) -> None:
-    """Charges every table and every jaxpr's equations before any is built:
-    a file cannot make the reader allocate first and refuse later. The
-    objects the file stores are charged at their measured floor
-    (jaxpr_io/safety/costs.py `FLOOR`), and the budget grows by as much:
-    what is refused is expansion beyond them."""
+    """Counts what the file stores and sets the load's budget before
+    anything is built: the objects the file stores cost their floor
+    (jaxpr_io/safety/costs.py `FLOOR`), bounded by the file's size, and
+    everything built beyond them is charged against `expansion_budget`, so
+    a file cannot make the reader allocate first and refuse later."""
     m = self.msg
     jaxprs = m.jaxprs[:]
     counts = costs.stored_counts(m, len(self.container.program))
@@ -193,9 +193,7 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
         + sum(len(e.invars) + len(e.outvars) for e in j.eqns)  # versions 1-2
         for j in jaxprs)
     if self._budget is not None:
-      self._budget += costs.stored_cost(counts)
-    self.charge(costs.tables_charge(counts),
-                "the program's tables and equations")
+      self._budget = costs.expansion_budget(counts, len(self.container.buffer))
 
   def charge_tree(self, msg, what: str, expected_leaves: int | None = None
                   ) -> None:

@@ -66,9 +66,13 @@ register_quantity(
     name="objects a load builds",
     counted="each entry of the string, param set, name stack, context, "
             "aval, array, equation kind and pytree tables, each stored "
-            "equation and variable, at its measured size in Python",
-    limit=f"charged before the table or jaxpr is built, against {_BUDGET} "
-          "(no limit with `trusted=True`)")
+            "jaxpr, equation, variable and input reference, once, at what "
+            "JAX's objects measurably cost (the floor table below): bounded "
+            "by the file's size, and never refused; everything a load "
+            "builds beyond them (the rows below) is charged as expansion",
+    limit=f"expansion is charged before it is built, against {_BUDGET} "
+          "(+ the floor of the signatures' stored nodes), so an honest "
+          "file always loads (no limit with `trusted=True`)")
 register_quantity(
     name="pytree nodes",
     counted="every node of each tree the file describes (the signatures "
@@ -78,7 +82,8 @@ register_quantity(
             "its uses; each shared entry is counted once, from the entries "
             "before it, so counting is linear in the file",
     limit=f"{limits.TREE_NODE_COST} bytes a node, charged against the same "
-          "budget before the tree is built (no limit with `trusted=True`); "
+          "budget before the tree is built (the nodes the file stores are "
+          "in its floor) (no limit with `trusted=True`); "
           "the viewer's reader and `jaxpr-load --html` charge the same")
 register_quantity(
     name="pytree leaves",
@@ -228,8 +233,8 @@ class FloorCharge:
 FLOOR: dict[str, FloorCharge] = {f.name: f for f in (
     FloorCharge("equation", "a `JaxprEqn` with its input and output lists, "
                 "its slots in the reader's per-equation columns", 450,
-                "288 retained on both releases; peak of a load of 1M "
-                "chained equations 592 a equation with its variable"),
+                "288 retained on both releases; 450 to 500 at the peak "
+                "of a load of a chain, with its variable and inputs"),
     FloorCharge("variable", "a `Var` (a constvar, an input, an equation's "
                 "output) and its slots in the environment and lists", 100,
                 "72 retained (jax 0.10.2), 56 (0.12.0.1)"),
@@ -248,9 +253,10 @@ FLOOR: dict[str, FloorCharge] = {f.name: f for f in (
     FloorCharge("table entry", "a string, name stack, context, equation "
                 "kind or pytree table entry", 100, "a `str` of a short "
                 "name 50 to 60, with its list slot"),
-    FloorCharge("pytree node", "a node the file stores (a table entry, or "
-                "one inline in a signature): JAX's `PyTreeDef` keeps one "
-                "C++ node per node", limits.TREE_NODE_COST,
+    FloorCharge("pytree node", "a node stored inline in a signature (the "
+                "others are charged at each use, as expansion): JAX's "
+                "`PyTreeDef` keeps one C++ node per node",
+                limits.TREE_NODE_COST,
                 "295 at the peak of building a treedef (RSS)"),
 )}
 
@@ -297,37 +303,37 @@ def stored_counts(program_msg, program_bytes: int) -> dict[str, int]:
       "table entry": (len(m.strings) + len(m.name_stack_table.parents) // 4
                       + len(m.name_stacks) + len(m.eqn_contexts)
                       + len(m.equation_kinds) + len(m.tree_nodes)),
-      "pytree node": (sum(_stored_nodes(t) for t in m.tree_nodes)
-                      + _stored_nodes(m.in_tree) + _stored_nodes(m.out_tree)),
+      "pytree node": _stored_nodes(m.in_tree) + _stored_nodes(m.out_tree),
       "characters": program_bytes,
   }
 
 
 def stored_cost(counts: dict[str, int]) -> int:
   """Bytes the objects of `stored_counts` cost once built, at the charges
-  of `FLOOR`: what any reader must build for the file."""
+  of `FLOOR`: what any reader must build for the file, and the floor of
+  the memory a load of it takes. Not refused: it is bounded by the file's
+  size (each object takes bytes of its own in the file)."""
   return counts["characters"] + sum(
       FLOOR[name].charge * n for name, n in counts.items()
       if name != "characters")
 
 
-def load_budget(counts: dict[str, int], file_size: int) -> int:
+def expansion_budget(counts: dict[str, int], file_size: int) -> int:
   """What a load of an untrusted file of `file_size` bytes that stores
-  `counts` (`stored_counts`) may build: the objects it stores at their
-  floor, and `limits.MEMORY_FACTOR`x its size + `limits.FIXED_OVERHEAD`
-  beyond them (shared pytree nodes at each use, symbolic dimensions'
-  monomials, name stacks' tuples, polyfills): an honest file never
-  reaches it, hostile expansion does."""
-  return (stored_cost(counts) + limits.MEMORY_FACTOR * file_size
-          + limits.FIXED_OVERHEAD)
+  `counts` (`stored_counts`) may build beyond the floor of its stored
+  objects: `limits.MEMORY_FACTOR`x its size + `limits.FIXED_OVERHEAD`
+  (shared pytree nodes at each use, symbolic dimensions' monomials, name
+  stacks' tuples, polyfills), and its signatures' stored nodes, which are
+  charged with the rest of each tree as it is built. Unused table entries
+  earn nothing here, so a file cannot pad its way to a larger budget."""
+  return (limits.MEMORY_FACTOR * file_size + limits.FIXED_OVERHEAD
+          + FLOOR["pytree node"].charge * counts["pytree node"])
 
 
-def tables_charge(counts: dict[str, int]) -> int:
-  """What the reader charges for the stored objects before it builds any:
-  the floor, less its pytree nodes, which are charged at each use as each
-  tree is built (`tree_cost`)."""
-  return stored_cost(counts) - FLOOR["pytree node"].charge * counts[
-      "pytree node"]
+def load_bound(counts: dict[str, int], file_size: int) -> int:
+  """The most memory that building the program of such a file takes by the
+  model: its floor and its expansion budget."""
+  return stored_cost(counts) + expansion_budget(counts, file_size)
 
 
 def name_stack_cost(depths_sum: int) -> int:
@@ -336,16 +342,14 @@ def name_stack_cost(depths_sum: int) -> int:
   return 8 * depths_sum
 
 
-def writer_charge(program_msg, counts: dict[str, int]) -> int:
-  """What the reader charges for a `Program` message the writer made,
-  which stores `counts`: `tables_charge`, its signatures and `treedef`
-  values with shared nodes at each use, and its name stacks' tuples.
-  (The writer's dimensions are JAX's own, a few monomials each; polyfills
-  are a reader's release's choice.) `dumps` compares it with
-  `load_budget`."""
+def writer_charge(program_msg) -> int:
+  """What the reader charges against `expansion_budget` for a `Program`
+  message the writer made: its signatures and `treedef` values with
+  shared nodes at each use, and its name stacks' tuples. (The writer's
+  dimensions are JAX's own, a few monomials each; polyfills are a reader's
+  release's choice.) `dumps` compares the two."""
   trees = TreeCounts(program_msg)
-  total = tables_charge(counts)
-  total += sum(tree_cost(trees.of(tree)) for tree in (
+  total = sum(tree_cost(trees.of(tree)) for tree in (
       program_msg.in_tree, program_msg.out_tree))
   total += sum(tree_cost(trees.of(tree))
                for param_set in program_msg.param_sets

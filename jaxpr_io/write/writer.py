@@ -553,26 +553,20 @@ def write_pending(closed, in_tree, out_tree, metadata: dict[str, str]):
 
 def _check_load_budget(msg, program_bytes: int) -> None:
   """Raises UnsupportedError if an untrusted load would refuse the file for
-  its memory: what its reader charges (jaxpr_io/safety/costs.py
-  `writer_charge`) against the budget of a file no larger than its program
-  message (`load_budget`; the file is larger, so its budget too). Only
-  pytrees whose shared nodes expand past the budget can: every other
-  object the file stores is within it."""
-  counts = costs.stored_counts(msg, program_bytes)
-  charge = costs.writer_charge(msg, counts)
-  budget = costs.load_budget(counts, program_bytes)
+  its memory: what its reader charges beyond the objects the file stores
+  (jaxpr_io/safety/costs.py `writer_charge`) against the budget of a file
+  no larger than its program message (`expansion_budget`; the file is
+  larger, so its budget too). Only pytrees whose shared nodes expand past
+  the budget can be refused."""
+  charge = costs.writer_charge(msg)
+  budget = costs.expansion_budget(costs.stored_counts(msg, program_bytes),
+                                  program_bytes)
   if charge > budget:
     raise UnsupportedError(
         f"the program's pytrees expand to {charge - budget:,} bytes more "
         "than an untrusted load of its file would allow (its reader would "
         "refuse the file without trusted=True), so it is not written: "
         "flatten the program's inputs and outputs into fewer leaves")
-
-
-def write(closed, in_tree, out_tree, metadata: dict[str, str]):
-  """(program message bytes, data layout) of a closed jaxpr."""
-  message, layout = write_pending(closed, in_tree, out_tree, metadata)
-  return message.finish(layout.crcs()), layout
 
 
 # The param codecs that must encode a value apart (custom rules' fingerprints)

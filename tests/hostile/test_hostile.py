@@ -564,7 +564,7 @@ _MEMORY_CHILD = """
     counts = costs.stored_counts(
         reader.parse_program(stored.program, ARGS[0]), len(stored.program))
     # The objects the file stores at their floor, + 16x its size + 64 MiB.
-    limit_mib = costs.load_budget(counts, os.path.getsize(ARGS[0])) / 2**20
+    limit_mib = costs.load_bound(counts, os.path.getsize(ARGS[0])) / 2**20
     del stored
     reset_peak_rss()
     base = current_rss_mib()     # after importing jax and jaxpr_io
