@@ -164,6 +164,84 @@ def measure(shape: str, n: int) -> dict:
   return out
 
 
+LLAMA_7B = {"layers": 32, "d_model": 4096, "heads": 32, "ffn": 11008,
+            "vocab": 32000, "seq": 2048}
+
+
+def _llama_layer(x, p, heads):
+  """A LLaMA decoder layer: RMSNorm, causal attention, SwiGLU MLP."""
+  import jax  # lazy: in the child only
+  import jax.numpy as jnp
+
+  def norm(x, w):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * w
+  seq, d = x.shape
+  h = norm(x, p["n1"])
+  q, k, v = (jnp.reshape(h @ p[w], (seq, heads, d // heads))
+             for w in ("wq", "wk", "wv"))
+  s = jnp.einsum("qhd,khd->hqk", q, k) / jnp.sqrt(d / heads)
+  s = jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), s, -1e9)
+  a = jnp.einsum("hqk,khd->qhd", jax.nn.softmax(s, -1), v)
+  x = x + jnp.reshape(a, (seq, d)) @ p["wo"]
+  h = norm(x, p["n2"])
+  return x + (jax.nn.silu(h @ p["w1"]) * (h @ p["w3"])) @ p["w2"]
+
+
+def llama(scan: bool):
+  """(figures) of a LLaMA-7B-shaped program traced on ShapeDtypeStructs,
+  its layers unrolled or stacked under `lax.scan`."""
+  import jax  # lazy: in the child only
+  import jax.numpy as jnp
+  import jaxpr_io
+  from tests.support import scale_programs
+  c = LLAMA_7B
+  d, f, n = c["d_model"], c["ffn"], c["layers"]
+  shapes = {"wq": (d, d), "wk": (d, d), "wv": (d, d), "wo": (d, d),
+            "w1": (d, f), "w3": (d, f), "w2": (f, d), "n1": (d,), "n2": (d,)}
+  layer = {k: jax.ShapeDtypeStruct(v, jnp.bfloat16) for k, v in
+           shapes.items()}
+  stacked = {k: jax.ShapeDtypeStruct((n, *v), jnp.bfloat16) for k, v in
+             shapes.items()}
+  params = {"embed": jax.ShapeDtypeStruct((c["vocab"], d), jnp.bfloat16),
+            "layers": stacked if scan else [layer] * n}
+  tokens = jax.ShapeDtypeStruct((c["seq"],), jnp.int32)
+
+  def model(params, tokens):
+    x = params["embed"][tokens]
+    if scan:
+      x, _ = jax.lax.scan(lambda x, p: (_llama_layer(x, p, c["heads"]), None),
+                          x, params["layers"])
+    else:
+      for p in params["layers"]:
+        x = _llama_layer(x, p, c["heads"])
+    return x @ params["embed"].T
+
+  start = time.process_time()
+  prog = jaxpr_io.trace(model, params, tokens)
+  trace_s = time.process_time() - start
+  data = jaxpr_io.dumps(prog)
+  return {"layers": "scan" if scan else "unrolled",
+          "equations": scale_programs.count_equations(
+              prog.closed_jaxpr.jaxpr),
+          "bytes": len(data), "trace_s": trace_s,
+          "dumps_s": _cpu(lambda: jaxpr_io.dumps(prog), 5),
+          "loads_s": _cpu(lambda: jaxpr_io.loads(data), 5)}
+
+
+def report_llama(rows: list[dict]) -> None:
+  c = LLAMA_7B
+  print(f"== LLaMA-7B-shaped ({c['layers']} layers, d_model {c['d_model']}, "
+        f"ffn {c['ffn']}, vocab {c['vocab']}, seq {c['seq']}, bfloat16 "
+        "ShapeDtypeStructs) ==")
+  print(f"{'layers':<10}{'equations':>10}{'bytes':>10}{'trace ms':>10}"
+        f"{'dumps ms':>10}{'loads ms':>10}")
+  for r in rows:
+    print(f"{r['layers']:<10}{r['equations']:10,}{r['bytes']:10,}"
+          f"{r['trace_s'] * 1e3:10.1f}{r['dumps_s'] * 1e3:10.1f}"
+          f"{r['loads_s'] * 1e3:10.1f}")
+  print(flush=True)
+
+
 def _slope(xs, ys) -> float:
   lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-9)) for y in ys]
   mx, my = statistics.mean(lx), statistics.mean(ly)
@@ -200,27 +278,38 @@ def main():
   parser.add_argument("--full", action="store_true",
                       help="every shape to 1M equations")
   parser.add_argument("--shapes", default="chain,transformer,nested")
+  parser.add_argument("--llama", action="store_true",
+                      help="only the LLaMA-7B-shaped scan vs unrolled figures")
   parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
-    print("RESULT " + json.dumps(measure(args.child[0], int(args.child[1]))))
+    shape, n = args.child
+    result = (llama(n == "scan") if shape == "llama"
+              else measure(shape, int(n)))
+    print("RESULT " + json.dumps(result))
     return
   import jax  # lazy: the parent only prints the release
   print(f"python {sys.version.split()[0]}, jax {jax.__version__}; CPU "
         f"times, {os.cpu_count()} cores\n")
+  if args.llama:
+    report_llama([_child("llama", kind) for kind in ("unrolled", "scan")])
+    return
   for shape in args.shapes.split(","):
     top = 10_000 if args.quick else (
         1_000_000 if shape == "chain" or args.full else 100_000)
-    rows = []
-    for n in (s for s in SIZES if s <= top):
-      child = subprocess.run(
-          [sys.executable, __file__, "--child", shape, str(n)], cwd=ROOT,
-          capture_output=True, text=True, check=False)
-      lines = [l for l in child.stdout.splitlines() if l.startswith("RESULT ")]
-      if child.returncode or not lines:
-        sys.exit(f"{shape} at {n}: {child.stderr[-2000:]}")
-      rows.append(json.loads(lines[-1][len("RESULT "):]))
-    report(shape, rows)
+    report(shape, [_child(shape, str(n)) for n in SIZES if n <= top])
+
+
+def _child(*argv: str) -> dict:
+  """The RESULT of this script run with `--child *argv` in a fresh
+  process."""
+  child = subprocess.run([sys.executable, __file__, "--child", *argv],
+                         cwd=ROOT, capture_output=True, text=True,
+                         check=False)
+  lines = [l for l in child.stdout.splitlines() if l.startswith("RESULT ")]
+  if child.returncode or not lines:
+    sys.exit(f"{' '.join(argv)}: {child.stderr[-2000:]}")
+  return json.loads(lines[-1][len("RESULT "):])
 
 
 if __name__ == "__main__":
