@@ -243,10 +243,11 @@ FLOOR: dict[str, FloorCharge] = {f.name: f for f in (
                 "reader's columns", 30, "8 retained, 28 to 36 at the peak"),
     FloorCharge("sub-jaxpr", "a `Jaxpr`, its `ClosedJaxpr` and "
                 "`DebugInfo` and their lists, the reader's columns and "
-                "decoder for it", 1500, "968 to 1,072 retained; 2,500 to "
-                "3,100 at the peak of a load of nested blocks"),
+                "decoder for it", 2000, "968 to 1,072 retained; with the param "
+                "set row, 2,100 to 3,100 a nested block's equation at the "
+                "peak RSS of a load"),
     FloorCharge("param set", "a params dict, decoded once, and the copies "
-                "its kind checks", 800, "with the sub-jaxpr rows: the "
+                "its kind checks", 1000, "with the sub-jaxpr rows: the "
                 "nested blocks' peak"),
     FloorCharge("aval or array", "a `ShapedArray` with its shape tuple", 300,
                 "256 (jax 0.10.2) to 280 (0.12.0.1) retained"),
