@@ -21,6 +21,7 @@ from jaxpr_io.format import _proto as pb
 from jaxpr_io import compat
 from jaxpr_io.read import equations
 from jaxpr_io.codec import params
+from jaxpr_io.safety import costs
 from jaxpr_io.safety import validate
 from jaxpr_io.errors import FormatError
 
@@ -124,7 +125,7 @@ class ContextReader:
     depths = [0] * n
     for i, parent in enumerate(parents.tolist()):
       depths[i] = depths[parent - 1] + 1 if parent else 1
-    self.charge(8 * sum(depths), "the name stacks")
+    self.charge(costs.name_stack_cost(sum(depths)), "the name stacks")
     if np.any((kinds == 0) & ((parents != 0) | (names != 0))):
       i = int(np.flatnonzero((kinds == 0) & ((parents != 0) | (names != 0)))[0])
       raise FormatError(f"name stack {i} has no entry of its own but is not "

@@ -123,6 +123,9 @@ def resolve_kind(reader, k: int) -> Kind:
   primitive, param_set, n_in, n_out = reader.kind_keys[k]
   name = reader.string(primitive)
   values, refs = reader.param_set(param_set, name)
+  # The stored params, for the schema check below (`from_format` and the
+  # screens may change `values`): a copy costs less than decoding again.
+  stored = dict(values)
   # From the format's vocabulary to this release's primitive and params.
   release_name, values = compat.ADAPTER.from_format(name, values,
                                                     reader.where)
@@ -148,7 +151,7 @@ def resolve_kind(reader, k: int) -> Kind:
     values = screen(release_name, values, scratch)
     drops = tuple(scratch.dropped)
   validate.check_equation(name, prim, n_in, n_out, values)
-  validate.check_param_schema(name, reader.param_set(param_set, name)[0])
+  validate.check_param_schema(name, stored)
   weight = 1 + n_in + n_out + sum(reader.sizes[j] for j in refs)
   kind = reader.kinds[k] = Kind(prim, values, n_in, n_out, refs, weight, drops)
   return kind

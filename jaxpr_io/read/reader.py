@@ -57,10 +57,9 @@ MAX_JAXPR_DEPTH = limits.MAX_JAXPR_DEPTH
 # The budget of an untrusted load (jaxpr_io/format/limits.py).
 MEMORY_FACTOR = limits.MEMORY_FACTOR
 FIXED_OVERHEAD = limits.FIXED_OVERHEAD
-_EQN_COST = 520       # JaxprEqn, its in/out lists, its params dict
-_VAR_COST = 100       # Var (or Literal) and its list slot
-_AVAL_COST = 300      # ShapedArray with its shape tuple
-_TABLE_ENTRY_COST = 100   # a string, param set, name stack, context
+# A variable, charged for the outputs of version 1-2 equations beyond the
+# one per equation that `costs.stored_counts` counts.
+_VAR_COST = costs.FLOOR["variable"].charge
 
 
 def parse_program(data: bytes, source: str):
@@ -158,6 +157,8 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     self.polyfilled: list[tuple[int, int, str]] = []
     self.where = vocabulary.Where(blobs.source, msg.producer.jax_version,
                                   compat.JAX_VERSION)
+    # What the load may still build beyond the objects the file stores;
+    # `charge_tables` sets it (jaxpr_io/safety/costs.py `expansion_budget`).
     self._budget = (None if trusted else
                     MEMORY_FACTOR * len(blobs.buffer) + FIXED_OVERHEAD)
     # What JAX's decision procedure may still take (avals.py `_decided`).
@@ -172,36 +173,27 @@ class Reader(read_avals.AvalReader, read_contexts.ContextReader):
     if self._budget < 0:
       raise FormatError(
           f"{what} would take more memory than an untrusted file of "
-          f"{len(self.container.buffer):,} bytes may ask for "
-          f"({MEMORY_FACTOR}x its size + {FIXED_OVERHEAD >> 20} MiB); load "
-          "it with trusted=True if you know where it comes from")
+          f"{len(self.container.buffer):,} bytes may ask for beyond the "
+          f"objects it stores ({MEMORY_FACTOR}x its size + "
+          f"{FIXED_OVERHEAD >> 20} MiB); load it with trusted=True if you "
+          "know where it comes from")
 
   def charge_tables(self) -> None:
-    """Charges every table and every jaxpr's equations before any is built:
+    """Counts what the file stores and sets the load's budget before
+    anything is built: the objects the file stores cost their floor
+    (jaxpr_io/safety/costs.py `FLOOR`), bounded by the file's size, and
+    everything built beyond them is charged against `expansion_budget`, so
     a file cannot make the reader allocate first and refuse later."""
     m = self.msg
-    self.charge((len(m.strings) + len(m.param_sets) + len(m.name_stacks)
-                 + len(m.name_stack_table.parents) // 4
-                 + len(m.eqn_contexts)) * _TABLE_ENTRY_COST
-                # The strings' characters: no more than the program's
-                # bytes (summing their lengths costs more than this check).
-                + len(self.container.program)
-                + (len(m.avals) + len(m.arrays)) * _AVAL_COST,
-                "the program's tables")
-    self.charge((len(m.equation_kinds) + len(m.tree_nodes))
-                * _TABLE_ENTRY_COST, "the equation kinds and pytree tables")
     jaxprs = m.jaxprs[:]
-    self.stored_equations = sum(len(j.eqns) + len(j.equations.kinds) // 4
-                                for j in jaxprs)
+    counts = costs.stored_counts(m, len(self.container.program))
+    self.stored_equations = counts["equation"]
     self.stored_size = self.stored_equations + sum(
         (len(j.equations.invars) + len(j.equations.outvars)) // 4
         + sum(len(e.invars) + len(e.outvars) for e in j.eqns)  # versions 1-2
         for j in jaxprs)
-    self.charge(self.stored_equations * _EQN_COST
-                + sum(len(j.eqns) + len(j.equations.outvars) // 4
-                      + len(j.equations.invars) // 4
-                      + len(j.constvars) + len(j.invars) for j in jaxprs)
-                * _VAR_COST, "the program's equations")
+    if self._budget is not None:
+      self._budget = costs.expansion_budget(counts, len(self.container.buffer))
 
   def charge_tree(self, msg, what: str, expected_leaves: int | None = None
                   ) -> None:

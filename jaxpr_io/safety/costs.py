@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from jaxpr_io.errors import FormatError
 from jaxpr_io.format import dim_cost
 from jaxpr_io.format import limits
@@ -64,9 +66,13 @@ register_quantity(
     name="objects a load builds",
     counted="each entry of the string, param set, name stack, context, "
             "aval, array, equation kind and pytree tables, each stored "
-            "equation and variable, at its measured size in Python",
-    limit=f"charged before the table or jaxpr is built, against {_BUDGET} "
-          "(no limit with `trusted=True`)")
+            "jaxpr, equation, variable and input reference, once, at what "
+            "JAX's objects measurably cost (the floor table below): bounded "
+            "by the file's size, and never refused; everything a load "
+            "builds beyond them (the rows below) is charged as expansion",
+    limit=f"expansion is charged before it is built, against {_BUDGET} "
+          "(+ the floor of the signatures' stored nodes), so an honest "
+          "file always loads (no limit with `trusted=True`)")
 register_quantity(
     name="pytree nodes",
     counted="every node of each tree the file describes (the signatures "
@@ -76,7 +82,8 @@ register_quantity(
             "its uses; each shared entry is counted once, from the entries "
             "before it, so counting is linear in the file",
     limit=f"{limits.TREE_NODE_COST} bytes a node, charged against the same "
-          "budget before the tree is built (no limit with `trusted=True`); "
+          "budget before the tree is built (the nodes the file stores are "
+          "in its floor) (no limit with `trusted=True`); "
           "the viewer's reader and `jaxpr-load --html` charge the same")
 register_quantity(
     name="pytree leaves",
@@ -209,6 +216,150 @@ register_quantity(
           "`trusted=True` or traced in the process, nor with the "
           "converter's `trusted=True`; `to_exported` and `to_saved_model` "
           "keep the sharing)")
+
+
+# ------------------------------------------------- what a file stores
+@dataclasses.dataclass(frozen=True)
+class FloorCharge:
+  """One row of the floor table (docs/trust-model.md): the bytes charged
+  for each object of a kind that a file stores, the objects a load builds
+  for it, and what they were measured at (benchmarks/measure_costs.py)."""
+  name: str
+  builds: str
+  charge: int
+  measured: str
+
+
+FLOOR: dict[str, FloorCharge] = {f.name: f for f in (
+    FloorCharge("equation", "a `JaxprEqn` with its input and output lists, "
+                "its slots in the reader's per-equation columns", 450,
+                "288 retained on both releases; 450 to 500 at the peak "
+                "of a load of a chain, with its variable and inputs"),
+    FloorCharge("variable", "a `Var` (a constvar, an input, an equation's "
+                "output) and its slots in the environment and lists", 100,
+                "72 retained (jax 0.10.2), 56 (0.12.0.1)"),
+    FloorCharge("input reference", "an equation's or a jaxpr's use of a "
+                "variable or literal: a list slot, and its place in the "
+                "reader's columns", 30, "8 retained, 28 to 36 at the peak"),
+    FloorCharge("sub-jaxpr", "a `Jaxpr`, its `ClosedJaxpr` and "
+                "`DebugInfo` and their lists, the reader's columns and "
+                "decoder for it", 2000, "968 to 1,072 retained; with the param "
+                "set row, 2,100 to 3,100 a nested block's equation at the "
+                "peak RSS of a load"),
+    FloorCharge("param set", "a params dict, decoded once, and the copies "
+                "its kind checks", 1000, "with the sub-jaxpr rows: the "
+                "nested blocks' peak"),
+    FloorCharge("aval or array", "a `ShapedArray` with its shape tuple", 300,
+                "256 (jax 0.10.2) to 280 (0.12.0.1) retained"),
+    FloorCharge("table entry", "a string, name stack, context, equation "
+                "kind or pytree table entry", 100, "a `str` of a short "
+                "name 50 to 60, with its list slot"),
+    FloorCharge("pytree node", "a node stored inline in a signature (the "
+                "others are charged at each use, as expansion): JAX's "
+                "`PyTreeDef` keeps one C++ node per node",
+                limits.TREE_NODE_COST,
+                "295 at the peak of building a treedef (RSS)"),
+)}
+
+
+def floor_table() -> str:
+  """The markdown table of docs/trust-model.md's floor charges."""
+  rows = ["| object the file stores | what a load builds for it | charged "
+          "(bytes) | measured (bytes) |", "| --- | --- | --- | --- |"]
+  rows += [f"| {f.name} | {f.builds} | {f.charge:,} | {f.measured} |"
+           for f in FLOOR.values()]
+  return "\n".join(rows) + "\n"
+
+
+def _stored_nodes(msg) -> int:
+  """The `PyTree` messages of a tree as stored: its inline nodes, each use
+  of a shared entry counted as one."""
+  nodes, stack = 0, [msg]
+  while stack:
+    m = stack.pop()
+    nodes += 1
+    if not m.shared:
+      stack += m.children
+  return nodes
+
+
+def stored_counts(program_msg, program_bytes: int) -> dict[str, int]:
+  """How many objects of each row of `FLOOR` the `Program` message stores
+  (each table entry, jaxpr, equation and variable once; no expansion),
+  plus "characters": the program message's size, which bounds the
+  characters of its strings (summing their lengths costs more)."""
+  m = program_msg
+  jaxprs = m.jaxprs[:]
+  equations = sum(len(j.eqns) + len(j.equations.kinds) // 4 for j in jaxprs)
+  return {
+      "equation": equations,
+      "variable": sum(len(j.equations.outvars) // 4 + len(j.constvars)
+                      + len(j.invars) + len(j.eqns) for j in jaxprs),
+      "input reference": sum(len(j.equations.invars) // 4 + len(j.outvars)
+                             + sum(len(e.invars) for e in j.eqns)
+                             for j in jaxprs),
+      "sub-jaxpr": len(jaxprs) + len(m.closed_jaxprs),
+      "param set": len(m.param_sets),
+      "aval or array": len(m.avals) + len(m.arrays),
+      "table entry": (len(m.strings) + len(m.name_stack_table.parents) // 4
+                      + len(m.name_stacks) + len(m.eqn_contexts)
+                      + len(m.equation_kinds) + len(m.tree_nodes)),
+      "pytree node": _stored_nodes(m.in_tree) + _stored_nodes(m.out_tree),
+      "characters": program_bytes,
+  }
+
+
+def stored_cost(counts: dict[str, int]) -> int:
+  """Bytes the objects of `stored_counts` cost once built, at the charges
+  of `FLOOR`: what any reader must build for the file, and the floor of
+  the memory a load of it takes. Not refused: it is bounded by the file's
+  size (each object takes bytes of its own in the file)."""
+  return counts["characters"] + sum(
+      FLOOR[name].charge * n for name, n in counts.items()
+      if name != "characters")
+
+
+def expansion_budget(counts: dict[str, int], file_size: int) -> int:
+  """What a load of an untrusted file of `file_size` bytes that stores
+  `counts` (`stored_counts`) may build beyond the floor of its stored
+  objects: `limits.MEMORY_FACTOR`x its size + `limits.FIXED_OVERHEAD`
+  (shared pytree nodes at each use, symbolic dimensions' monomials, name
+  stacks' tuples, polyfills), and its signatures' stored nodes, which are
+  charged with the rest of each tree as it is built. Unused table entries
+  earn nothing here, so a file cannot pad its way to a larger budget."""
+  return (limits.MEMORY_FACTOR * file_size + limits.FIXED_OVERHEAD
+          + FLOOR["pytree node"].charge * counts["pytree node"])
+
+
+def load_bound(counts: dict[str, int], file_size: int) -> int:
+  """The most memory that building the program of such a file takes by the
+  model: its floor and its expansion budget."""
+  return stored_cost(counts) + expansion_budget(counts, file_size)
+
+
+def name_stack_cost(depths_sum: int) -> int:
+  """Bytes charged for name stacks whose depths add up to `depths_sum`:
+  each stack holds a tuple of all its entries."""
+  return 8 * depths_sum
+
+
+def writer_charge(program_msg) -> int:
+  """What the reader charges against `expansion_budget` for a `Program`
+  message the writer made: its signatures and `treedef` values with
+  shared nodes at each use, and its name stacks' tuples. (The writer's
+  dimensions are JAX's own, a few monomials each; polyfills are a reader's
+  release's choice.) `dumps` compares the two."""
+  trees = TreeCounts(program_msg)
+  total = sum(tree_cost(trees.of(tree)) for tree in (
+      program_msg.in_tree, program_msg.out_tree))
+  total += sum(tree_cost(trees.of(tree))
+               for param_set in program_msg.param_sets
+               for p in param_set.params for tree in _treedef_values(p.value))
+  parents = program_msg.name_stack_table.parents
+  depths = [0] * (len(parents) // 4)
+  for i, parent in enumerate(np.frombuffer(parents, "<u4").tolist()):
+    depths[i] = depths[parent - 1] + 1 if parent else 1
+  return total + name_stack_cost(sum(depths))
 
 
 def checked_equations_limit(stored_size: int, trusted: bool) -> int:

@@ -554,7 +554,9 @@ POLICIES: tuple[Policy, ...] = (
            "the same"),
     Policy("memory", "validated",
            "the objects a load builds are charged before they are built: at "
-           "most {memory_factor}x the file's size + {fixed_mib} MiB",
+           "most the objects the file stores (their measured floor, bounded by "
+           "its size) + {memory_factor}x the file's size + {fixed_mib} MiB "
+           "beyond them",
            "no limit"),
     Policy("constant data", "validated",
            "CRC-32 checked before first use, printing, `dumps` or `save`",

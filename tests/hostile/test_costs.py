@@ -20,6 +20,7 @@ from jaxpr_io.format import limits
 from jaxpr_io.safety import costs
 from tests.support import paths
 from tests.support import proto_edit
+from tests.support import scale_programs
 
 # Release-independent: CI runs it under one release (docs/testing.md).
 pytestmark = pytest.mark.once
@@ -128,3 +129,32 @@ def test_checked_equations_limit():
       limits.MAX_CHECKED_SIZE)
   assert costs.checked_equations_limit(0, trusted=True) == (
       limits.MAX_CHECKED_SIZE)
+
+
+def test_docs_floor_table_matches_the_code():
+  with open(os.path.join(ROOT, "docs", "trust-model.md")) as f:
+    page = f.read()
+  table = re.search(r"<!-- floor-table -->\n(.*?)<!-- /floor-table -->",
+                    page, re.S)
+  assert table is not None
+  assert table.group(1) == costs.floor_table()
+
+
+@pytest.mark.parametrize("shape", scale_programs.SHAPES)
+def test_honest_files_fit_the_budget(shape):
+  """Issue 40: every file `dumps` writes loads untrusted, at any size. The
+  largest honest files (a million equations) are too slow to write here;
+  what decides is per stored object, so a 20,000-equation program of each
+  shape is loaded, and its charge beyond the floor, which does not grow
+  with the program, is compared with the budget of a 1M-equation file."""
+  closed = scale_programs.build(shape, 20_000)
+  data = jaxpr_io.dumps(closed)
+  prog = jaxpr_io.loads(data)  # untrusted
+  assert len(prog.closed_jaxpr.jaxpr.eqns) == len(closed.jaxpr.eqns)
+  msg = proto_edit.message(data)
+  counts = costs.stored_counts(msg, msg.ByteSize())
+  assert counts["equation"] >= 19_000
+  charge = costs.writer_charge(msg)
+  assert charge < costs.expansion_budget(counts, 0) // 10
+  # The floor per stored equation keeps the bound linear in the file.
+  assert costs.stored_cost(counts) < 60 * len(data)
