@@ -283,7 +283,9 @@ def parse_dims(text: str, option: str = "--dims") -> dict[str, int]:
       raise CliError(f"bad {option} item {item!r}: expected NAME=SIZE, "
                      f"e.g. {option} b=1,c=2")
     if name in dims:
-      raise CliError(f"{option} gives {name} twice")
+      # --dims fixes a dimension; --bind-mesh names a mesh axis.
+      verb = "fixes" if option == "--dims" else "names"
+      raise CliError(f"{option} {verb} {name} twice")
     dims[name] = int(size)
   return dims
 

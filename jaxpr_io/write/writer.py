@@ -551,6 +551,12 @@ def write_pending(closed, in_tree, out_tree, metadata: dict[str, str]):
       gc.enable()
 
 
+def write(closed, in_tree, out_tree, metadata: dict[str, str]):
+  """(program message bytes, data layout) of a closed jaxpr."""
+  message, layout = write_pending(closed, in_tree, out_tree, metadata)
+  return message.finish(layout.crcs()), layout
+
+
 def _check_load_budget(msg, program_bytes: int) -> None:
   """Raises UnsupportedError if an untrusted load would refuse the file for
   its memory: what its reader charges beyond the objects the file stores
