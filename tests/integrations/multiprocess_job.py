@@ -34,23 +34,32 @@ DEVICES_PER_PROCESS = 2
 BATCH, FEATURES, HIDDEN = 16, 8, 4
 
 
-def _start(process_id: int, port: int) -> jax.sharding.Mesh:
+def start(process_id: int, port: int, n_processes: int,
+          devices_per_process: int, axis: str) -> jax.sharding.Mesh:
+  """Joins the job as `process_id` (coordinator on `port`), checks the
+  devices XLA_FLAGS gave, and returns a mesh of one Auto axis `axis` over
+  every process's devices."""
   # Gloo is JAX's default for CPU collectives in 0.10 to 0.12; said
   # explicitly, since without it a cross-process program cannot run.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
-                             num_processes=N_PROCESSES,
+                             num_processes=n_processes,
                              process_id=process_id,
                              initialization_timeout=60)
-  n = N_PROCESSES * DEVICES_PER_PROCESS
-  if jax.device_count() != n or jax.local_device_count() != 2:
-    raise SystemExit(f"expected {n} devices, {DEVICES_PER_PROCESS} local; "
+  n = n_processes * devices_per_process
+  if jax.device_count() != n or jax.local_device_count() != (
+      devices_per_process):
+    raise SystemExit(f"expected {n} devices, {devices_per_process} local; "
                      f"got {jax.device_count()}, {jax.local_device_count()}"
                      " (XLA_FLAGS?)")
   # Auto axes (GSPMD), as most train steps are written: the step places
   # its values with in/out shardings and sharding constraints.
-  return jax.make_mesh((n,), ("data",), devices=jax.devices(),
+  return jax.make_mesh((n,), (axis,), devices=jax.devices(),
                        axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def _start(process_id: int, port: int) -> jax.sharding.Mesh:
+  return start(process_id, port, N_PROCESSES, DEVICES_PER_PROCESS, "data")
 
 
 def _global(array: np.ndarray, sharding) -> jax.Array:

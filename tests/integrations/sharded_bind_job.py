@@ -36,25 +36,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from tests.integrations import multiprocess_job
+
 N_PROCESSES, DEVICES_PER_PROCESS = 2, 4
 BATCH, FEATURES, HIDDEN = 8, 512, 2048
 STEP = 1
 
 
 def _start(process_id: int, port: int) -> jax.sharding.Mesh:
-  jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
-                             num_processes=N_PROCESSES,
-                             process_id=process_id,
-                             initialization_timeout=60)
-  n = N_PROCESSES * DEVICES_PER_PROCESS
-  if jax.device_count() != n or jax.local_device_count() != (
-      DEVICES_PER_PROCESS):
-    raise SystemExit(f"expected {n} devices, {DEVICES_PER_PROCESS} local; "
-                     f"got {jax.device_count()}, {jax.local_device_count()}"
-                     " (XLA_FLAGS?)")
-  return jax.make_mesh((n,), ("model",), devices=jax.devices(),
-                       axis_types=(jax.sharding.AxisType.Auto,))
+  return multiprocess_job.start(process_id, port, N_PROCESSES,
+                                DEVICES_PER_PROCESS, "model")
 
 
 SPECS = {"w1": P(None, "model"), "b": P("model"), "w2": P("model", None)}
