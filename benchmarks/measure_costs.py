@@ -51,20 +51,13 @@ def _retained(build) -> float:
   return size / N
 
 
-def _rss() -> int:
+def _status_bytes(field: str) -> int:
+  """A /proc/self/status memory field (VmRSS, VmHWM), in bytes."""
   with open("/proc/self/status") as f:
     for line in f:
-      if line.startswith("VmRSS:"):
+      if line.startswith(field + ":"):
         return int(line.split()[1]) * 1024
-  raise RuntimeError("no VmRSS")
-
-
-def _hwm() -> int:
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith("VmHWM:"):
-        return int(line.split()[1]) * 1024
-  raise RuntimeError("no VmHWM")
+  raise RuntimeError(f"no {field}")
 
 
 def measure_objects() -> dict[str, float]:
@@ -112,10 +105,11 @@ def measure_objects() -> dict[str, float]:
       ("input reference", references), ("aval", avals),
       ("sub-jaxpr", sub_jaxprs))}
   gc.collect()
-  before = _rss()
+  before = _status_bytes("VmRSS")
   # Large enough that the allocator takes fresh pages for it.
   tree = jax.tree_util.tree_structure([(0, None)] * (30 * N))
-  costs["pytree node (RSS)"] = (_rss() - before) / tree.num_nodes
+  costs["pytree node (RSS)"] = ((_status_bytes("VmRSS") - before)
+                                / tree.num_nodes)
   return costs
 
 
@@ -141,9 +135,9 @@ def measure_loads(shape: str, n: int) -> dict[str, float]:
   gc.collect()
   with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # resets VmHWM
-  base = _rss()
+  base = _status_bytes("VmRSS")
   prog = jaxpr_io.loads(data)
-  peak = _hwm() - base
+  peak = _status_bytes("VmHWM") - base
   del prog
   gc.collect()
   tracemalloc.start()
