@@ -132,12 +132,8 @@ def test_checked_equations_limit():
 
 
 def test_docs_floor_table_matches_the_code():
-  with open(os.path.join(ROOT, "docs", "trust-model.md")) as f:
-    page = f.read()
-  table = re.search(r"<!-- floor-table -->\n(.*?)<!-- /floor-table -->",
-                    page, re.S)
-  assert table is not None
-  assert table.group(1) == costs.floor_table()
+  assert paths.generated_block("docs/trust-model.md",
+                               "floor-table") == costs.floor_table()
 
 
 @pytest.mark.parametrize("shape", scale_programs.SHAPES)

@@ -6,8 +6,6 @@ table of docs/trust-model.md, the format-string grammar, the FFI allowlist
 and the dropped params, against programs traced here.
 """
 
-import os
-import re
 import warnings
 
 import jax
@@ -19,16 +17,10 @@ import jaxpr_io
 from jaxpr_io.safety import trust
 from tests.support import paths
 
-ROOT = paths.ROOT
-
 
 def test_docs_table_matches_the_code():
-  with open(os.path.join(ROOT, "docs", "trust-model.md")) as f:
-    page = f.read()
-  table = re.search(r"<!-- trust-table -->\n(.*?)<!-- /trust-table -->",
-                    page, re.S)
-  assert table is not None
-  assert table.group(1) == trust.policy_table()
+  assert paths.generated_block("docs/trust-model.md",
+                               "trust-table") == trust.policy_table()
 
 
 @pytest.mark.parametrize("fmt", [
